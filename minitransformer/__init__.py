@@ -1,0 +1,21 @@
+"""minitransformer: the Transformer of "Attention Is All You Need" in NumPy, every gradient by hand.
+
+Shape letters used in every docstring and comment:
+    B batch, S source length, T target length, D d_model, H heads, Dk head size (D / H),
+    F d_ff, V vocabulary size, N = B*T rows of a flattened batch.
+"""
+
+from . import backend
+from .backend import (
+    get_backend,
+    get_default_dtype,
+    manual_seed,
+    set_backend,
+    set_default_dtype,
+    to_numpy,
+)
+from .module import Module, ModuleList, Parameter
+
+__version__ = "0.1.0"
+
+from . import gradcheck, layers, masks  # noqa: E402

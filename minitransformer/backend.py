@@ -1,0 +1,192 @@
+"""The array backend: which namespace does the arithmetic (NumPy or CuPy), which dtype new
+parameters get, and the random generators that make a run reproducible.
+
+Layers never ``import cupy as np``. They ask for the active namespace when they run::
+
+    xp = backend.xp()          # numpy, or cupy after set_backend("cupy")
+    out = xp.exp(x)
+
+so that ``mt.set_backend("cupy")`` works after import and tests can run both backends.
+
+Two generators, both seeded by ``manual_seed``:
+- ``host_rng()``   a NumPy Generator on the CPU. Parameter initialisation and data shuffling use it,
+                   so the same seed gives the same weights on NumPy and on CuPy.
+- ``device_rng()`` a Generator of the active backend. Dropout masks are drawn with it, on the device
+                   where the activations live (no host-to-device copy per step).
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+import numpy
+
+_BACKENDS = ("numpy", "cupy")
+_DTYPES = ("float32", "float64")
+
+
+class _State:
+    """Everything the backend switch holds, in one place."""
+
+    def __init__(self):
+        self.name = "numpy"
+        self.xp = numpy
+        self.dtype = numpy.dtype("float32")
+        self.seed = None
+        self.host_rng = numpy.random.default_rng()
+        self.device_rng = self.host_rng
+
+
+_state = _State()
+
+
+# ----------------------------------------------------------------------------- namespace
+
+def _import_cupy():
+    try:
+        import cupy  # noqa: F401  (imported only on request)
+    except ImportError as err:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            "set_backend('cupy') needs CuPy, which is not installed. Install the build that matches "
+            "your CUDA toolkit, for CUDA 12: pip install 'minitransformer[gpu]' (that is cupy-cuda12x)."
+        ) from err
+    return cupy
+
+
+def set_backend(name: str | types.ModuleType) -> None:
+    """Choose the array namespace: "numpy" (default) or "cupy".
+
+    A module object that mimics NumPy's API may also be passed (the test suite uses one that behaves
+    like CuPy at the device boundary). Parameters created before the switch stay where they were:
+    build the model after choosing the backend.
+    """
+    if isinstance(name, types.ModuleType):
+        _state.name, _state.xp = getattr(name, "__backend_name__", name.__name__), name
+    elif name == "numpy":
+        _state.name, _state.xp = "numpy", numpy
+    elif name == "cupy":
+        _state.name, _state.xp = "cupy", _import_cupy()
+    else:
+        raise ValueError(f"set_backend: name must be one of {_BACKENDS}, got {name!r}")
+    _state.device_rng = _new_device_rng(_state.seed)
+
+
+def get_backend() -> str:
+    """The active backend's name: "numpy" or "cupy"."""
+    return _state.name
+
+
+def xp() -> types.ModuleType:
+    """The active array namespace (numpy or cupy). Call it inside functions, not at import."""
+    return _state.xp
+
+
+# ----------------------------------------------------------------------------- dtype
+
+def set_default_dtype(dtype) -> None:
+    """dtype of newly created parameters and buffers: "float32" (default) or "float64" (for gradient checks)."""
+    dt = numpy.dtype(dtype) if str(dtype) in _DTYPES or dtype in (numpy.float32, numpy.float64) else None
+    if dt is None:
+        raise ValueError(f"set_default_dtype: dtype must be one of {_DTYPES}, got {dtype!r}")
+    _state.dtype = dt
+
+
+def get_default_dtype() -> numpy.dtype:
+    return _state.dtype
+
+
+# ----------------------------------------------------------------------------- randomness
+
+def _new_device_rng(seed):
+    if _state.xp is numpy:
+        # One stream for everything on the CPU backend: host_rng and device_rng are distinct
+        # Generators so that dropout draws do not shift the data order.
+        return numpy.random.default_rng(None if seed is None else [seed, 1])
+    return _state.xp.random.default_rng(None if seed is None else seed + 1)
+
+
+def manual_seed(seed: int) -> None:
+    """Seed parameter initialisation, data shuffling and dropout, so that a run repeats exactly."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, numpy.integer)) or seed < 0:
+        raise ValueError(f"manual_seed: seed must be a non-negative int, got {seed!r}")
+    _state.seed = int(seed)
+    _state.host_rng = numpy.random.default_rng(int(seed))
+    _state.device_rng = _new_device_rng(int(seed))
+
+
+def host_rng() -> numpy.random.Generator:
+    """NumPy Generator for initialisation and data order (always on the CPU)."""
+    return _state.host_rng
+
+
+def device_rng():
+    """Generator of the active backend, for dropout masks."""
+    return _state.device_rng
+
+
+def get_rng_state() -> dict:
+    """Both generators' states as plain JSON-able data (for checkpoints and exact resume)."""
+    state = {"host": _state.host_rng.bit_generator.state, "seed": _state.seed}
+    if _state.xp is numpy:
+        state["device"] = _state.device_rng.bit_generator.state
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what ``get_rng_state`` returned."""
+    _state.seed = state.get("seed")
+    _state.host_rng = numpy.random.default_rng()
+    _state.host_rng.bit_generator.state = state["host"]
+    if _state.xp is numpy and "device" in state:
+        _state.device_rng = numpy.random.default_rng()
+        _state.device_rng.bit_generator.state = state["device"]
+    else:
+        # CuPy's generator state cannot be read back: re-derive it from the seed (reproducible,
+        # but not bit-exact mid-run).
+        _state.device_rng = _new_device_rng(_state.seed)
+
+
+# ----------------------------------------------------------------------------- moving arrays
+
+def asarray(x, dtype=None):
+    """Array in the active backend (copied to the device if needed)."""
+    return _state.xp.asarray(x, dtype=dtype)
+
+
+def to_numpy(x) -> numpy.ndarray:
+    """The way back to the host: a NumPy array for any backend array (or scalar)."""
+    if isinstance(x, numpy.ndarray):
+        return x
+    if hasattr(x, "get"):  # cupy.ndarray (and the test backend) copy to the host with .get()
+        return x.get()
+    return numpy.asarray(x)
+
+
+def is_array(x) -> bool:
+    """True for an array of NumPy or of the active backend."""
+    return isinstance(x, numpy.ndarray) or isinstance(x, _state.xp.ndarray)
+
+
+def scatter_add(target, indices, values) -> None:
+    """target[indices] += values, adding every repeat of an index (``target[idx] += v`` would keep only one).
+
+    NumPy has ``np.add.at``; CuPy spells it ``cupyx.scatter_add``.
+    """
+    if _state.name == "cupy":
+        import cupyx
+
+        cupyx.scatter_add(target, indices, values)
+    else:
+        _state.xp.add.at(target, indices, values)
+
+
+# ----------------------------------------------------------------------------- environment
+
+def _init_from_env():
+    name = os.environ.get("MINITRANSFORMER_BACKEND")
+    if name:
+        set_backend(name.strip().lower())
+
+
+_init_from_env()

@@ -1,0 +1,206 @@
+"""Finite-difference gradient checking of any Module: does backward agree with forward?
+
+For a module f and a random upstream gradient g (the same shape as f's output), the scalar
+    L(x, theta) = sum(f(x; theta) * g)
+has dL/dx = backward(g) and dL/dtheta = theta.grad. Each is compared with the central difference
+    dL/dz_i  ~  (L(z + eps e_i) - L(z - eps e_i)) / (2 eps)
+for every float input and every parameter. Projecting on a RANDOM g (not all ones) matters: with
+g = 1, LayerNorm's input gradient is zero whatever backward computes, and a wrong backward passes.
+
+Run it in float64: float32 rounding makes the difference quotient noise (relative error ~1e-2).
+
+    mt.set_default_dtype("float64")
+    layer = mt.layers.LayerNorm(6)
+    print(mt.gradcheck.check(layer, x))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy
+
+from . import backend
+
+DEFAULT_TOLERANCE = 1e-6
+# Below this magnitude both gradients are "zero" within float64 rounding of the difference quotient
+# (about 1e-16 * |L| / eps ~ 1e-10 here). Some gradients are exactly zero by the mathematics: the key
+# projection's bias shifts every score of a row by the same amount, which softmax ignores.
+ZERO_GRADIENT = 1e-8
+
+
+@dataclass
+class Row:
+    """One tensor's comparison. ``worst`` is the flat index where |analytic - numeric| is largest."""
+
+    name: str
+    shape: tuple
+    checked: int
+    rel_error: float
+    max_abs_error: float
+    worst: int
+    analytic: float
+    numeric: float
+    zero: bool = False  # analytic and numeric both below ZERO_GRADIENT: agree that the gradient is zero
+
+    def passes(self, tolerance: float) -> bool:
+        return self.zero or self.rel_error < tolerance
+
+
+@dataclass
+class GradcheckReport:
+    """The result of ``check``: one row per input and parameter, printable as a table.
+
+    rel_error of a tensor = max_i |a_i - n_i| / max(1e-8, max_i |a_i| + max_i |n_i|),
+    the analytic gradient a against the numeric one n, over the entries checked. A tensor passes when
+    rel_error < tolerance, or when both gradients are zero (every |a_i|, |n_i| < ZERO_GRADIENT).
+    """
+
+    module: str
+    rows: list = field(default_factory=list)
+    tolerance: float = DEFAULT_TOLERANCE
+
+    @property
+    def max_error(self) -> float:
+        """The largest relative error over the tensors whose gradient is not zero."""
+        return max((r.rel_error for r in self.rows if not r.zero), default=0.0)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.passes(self.tolerance) for r in self.rows)
+
+    def failures(self):
+        return [r for r in self.rows if not r.passes(self.tolerance)]
+
+    def assert_ok(self, tolerance: float | None = None) -> None:
+        """Raise AssertionError naming each tensor whose relative error is not below the tolerance."""
+        tol = self.tolerance if tolerance is None else tolerance
+        bad = [r for r in self.rows if not r.passes(tol)]
+        if bad:
+            lines = [f"{self.module}: gradient check failed (tolerance {tol:.0e})"]
+            for r in bad:
+                index = numpy.unravel_index(r.worst, r.shape) if r.shape else ()
+                lines.append(f"  {r.name}{list(map(int, index))}: analytic {r.analytic:.10g}, "
+                             f"numeric {r.numeric:.10g}, relative error {r.rel_error:.2e}")
+            raise AssertionError("\n".join(lines))
+
+    def table(self) -> str:
+        width = max([len(r.name) for r in self.rows] + [6])
+        head = f"{'tensor':<{width}}  {'shape':<16} {'checked':>7}  {'rel. error':>10}  "
+        lines = [f"gradient check of {self.module} (float64, central differences)", head, "-" * len(head)]
+        for r in self.rows:
+            verdict = "ok (zero gradient)" if r.zero else "ok" if r.passes(self.tolerance) else "FAIL"
+            lines.append(f"{r.name:<{width}}  {str(r.shape):<16} {r.checked:>7}  {r.rel_error:>10.2e}  {verdict}")
+        lines.append(f"max relative error {self.max_error:.2e}  (bound {self.tolerance:.0e}): "
+                     f"{'PASS' if self.ok else 'FAIL'}")
+        return "\n".join(lines)
+
+    __str__ = table
+
+    def _repr_html_(self) -> str:  # shown by Jupyter
+        cells = "".join(
+            f"<tr><td><code>{r.name}</code></td><td>{r.shape}</td><td>{r.checked}</td>"
+            f"<td>{r.rel_error:.2e}</td><td>{'✅' if r.passes(self.tolerance) else '❌'}</td></tr>"
+            for r in self.rows
+        )
+        return (f"<b>gradient check of {self.module}</b> — max relative error {self.max_error:.2e} "
+                f"(bound {self.tolerance:.0e}): <b>{'PASS' if self.ok else 'FAIL'}</b>"
+                "<table><tr><th>tensor</th><th>shape</th><th>checked</th><th>rel. error</th><th></th></tr>"
+                f"{cells}</table>")
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _reset_guards(module) -> None:
+    """Let the module run forward again without a backward (the check needs many forwards)."""
+    for m in module.modules():
+        object.__setattr__(m, "_awaiting_backward", False)
+
+
+def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, seed: int = 0,
+          tolerance: float = DEFAULT_TOLERANCE, parameters: bool = True) -> GradcheckReport:
+    """Compare ``module.backward`` with central finite differences.
+
+    module      a Module whose parameters are float64 (build it after ``mt.set_default_dtype("float64")``)
+    inputs      the forward's positional arguments. Float arrays are checked; integer arrays (token ids),
+                boolean masks and None are passed through unchanged.
+    eps         the step of the central difference
+    max_entries check at most this many entries per tensor, chosen at random (None: all of them)
+    seed        seeds the upstream gradient, the sampled entries, and the dropout masks (the same mask is
+                drawn at every forward, so a module with dropout can be checked in training mode)
+    Returns a GradcheckReport: ``print(report)`` gives the table, ``report.assert_ok()`` raises on failure.
+    """
+    xp = backend.xp()
+    params = module.named_parameters() if parameters else []
+    for name, p in params:
+        if p.data.dtype != numpy.float64:
+            raise ValueError(f"gradcheck.check: parameter {name!r} is {p.data.dtype}; finite differences need "
+                             f"float64. Call mt.set_default_dtype('float64') before building the module.")
+    inputs = [xp.asarray(x, dtype=numpy.float64) if isinstance(x, (numpy.ndarray, float)) and
+              numpy.asarray(x).dtype.kind == "f" else x for x in inputs]
+    float_inputs = [i for i, x in enumerate(inputs) if backend.is_array(x) and x.dtype.kind == "f"]
+
+    rng_state = backend.get_rng_state()
+    check_rng = numpy.random.default_rng(seed)
+
+    def run_forward():
+        backend.set_rng_state(rng_state)  # the same dropout mask at every forward
+        _reset_guards(module)
+        return _as_tuple(module(*inputs))
+
+    # Analytic: one forward, one backward with a random upstream gradient g.
+    outputs = run_forward()
+    upstream = [xp.asarray(check_rng.standard_normal(o.shape)) for o in outputs]  # g, one per output
+    module.zero_grad()
+    grads = module.backward(*upstream) if len(upstream) > 1 else module.backward(upstream[0])
+    grads = _as_tuple(grads)
+
+    def loss() -> float:
+        return float(sum(float((o * g).sum()) for o, g in zip(run_forward(), upstream)))
+
+    targets = []  # (name, array to perturb, analytic gradient)
+    for i in float_inputs:
+        if i >= len(grads) or grads[i] is None:
+            raise ValueError(f"gradcheck.check: backward of {type(module).__name__} returned no gradient for "
+                             f"input {i}")
+        targets.append((f"input[{i}]", inputs[i], backend.to_numpy(grads[i]).copy()))
+    for name, p in params:
+        targets.append((name, p.data, backend.to_numpy(p.grad).copy()))
+
+    report = GradcheckReport(module=type(module).__name__, tolerance=tolerance)
+    for name, array, analytic in targets:
+        if analytic.shape != tuple(array.shape):
+            raise ValueError(f"gradcheck.check: gradient of {name} has shape {analytic.shape}, "
+                             f"expected {tuple(array.shape)}")
+        flat = array.reshape(-1)  # a view: perturbing it perturbs the array the module reads
+        n = flat.size
+        picks = numpy.arange(n) if max_entries is None or n <= max_entries else \
+            numpy.sort(check_rng.choice(n, size=max_entries, replace=False))
+        numeric = numpy.empty(len(picks))
+        for j, idx in enumerate(picks):
+            old = float(flat[idx])
+            flat[idx] = old + eps
+            plus = loss()
+            flat[idx] = old - eps
+            minus = loss()
+            flat[idx] = old
+            numeric[j] = (plus - minus) / (2 * eps)
+        a = analytic.reshape(-1)[picks]
+        diff = numpy.abs(a - numeric)
+        worst = int(numpy.argmax(diff)) if len(picks) else 0
+        scale = max(1e-8, float(numpy.abs(a).max(initial=0.0) + numpy.abs(numeric).max(initial=0.0)))
+        report.rows.append(Row(name=name, shape=tuple(array.shape), checked=len(picks),
+                               rel_error=float(diff.max(initial=0.0)) / scale,
+                               max_abs_error=float(diff.max(initial=0.0)),
+                               worst=int(picks[worst]) if len(picks) else 0,
+                               analytic=float(a[worst]) if len(picks) else 0.0,
+                               numeric=float(numeric[worst]) if len(picks) else 0.0,
+                               zero=max(numpy.abs(a).max(initial=0.0), numpy.abs(numeric).max(initial=0.0))
+                               < ZERO_GRADIENT))
+    # Leave the module as one forward + backward leaves it: .grad holds the analytic gradients
+    # (the numeric forwards never touch them) and the random generators are where they were.
+    _reset_guards(module)
+    backend.set_rng_state(rng_state)
+    return report

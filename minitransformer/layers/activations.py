@@ -1,0 +1,51 @@
+"""Elementwise and row-wise nonlinearities: ReLU and Softmax."""
+
+from __future__ import annotations
+
+from .. import backend
+from ..module import Module
+
+
+class ReLU(Module):
+    """out = max(0, x).                                                      Shapes: (...) -> (...)
+    Cache: the boolean mask x > 0; the derivative is 1 there and 0 elsewhere.
+    """
+
+    def forward(self, x):
+        self.positive = x > 0                                  # (...) bool
+        return x * self.positive                               # max(0, x), without a second comparison
+
+    def backward(self, dout):
+        dx = dout * self.positive                              # dReLU/dx = 1[x > 0]
+        self.positive = None
+        return dx
+
+
+class Softmax(Module):
+    """p_i = exp(x_i - max(x)) / sum_j exp(x_j - max(x)) along ``axis``.     Shapes: (...) -> (...)
+
+    Subtracting the row maximum changes nothing mathematically (it cancels) but keeps exp from
+    overflowing, so logits around 1e4 are fine.
+    Backward without the Jacobian matrix:  dx = p * (dout - sum(p * dout, axis)).
+    Cache: the output p.
+    """
+
+    def __init__(self, axis: int = -1):
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x):
+        xp = backend.xp()
+        shifted = x - x.max(axis=self.axis, keepdims=True)     # (...) every row's max is 0
+        e = xp.exp(shifted)                                    # (...)
+        self.p = e / e.sum(axis=self.axis, keepdims=True)      # (...)
+        return self.p
+
+    def backward(self, dout):
+        p = self.p
+        dx = p * (dout - (p * dout).sum(axis=self.axis, keepdims=True))  # (...)
+        self.p = None
+        return dx
+
+    def extra_repr(self):
+        return f"axis={self.axis}"

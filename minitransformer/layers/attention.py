@@ -1,0 +1,167 @@
+"""Attention: the Mask layer, scaled dot-product attention (§3.2.1) and multi-head attention (§3.2.2)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+
+from .. import backend
+from ..module import Module
+from ._checks import check_positive_int, check_probability
+from .activations import Softmax
+from .dropout import Dropout
+from .linear import Linear
+
+# Added where the mask is False. Large and finite: exp(MASKED - max) underflows to exactly 0 in float32
+# and float64, while -inf would turn a row with every key masked into NaN (inf - inf).
+MASKED = -1e9
+
+
+class Mask(Module):
+    """out = scores where mask is True, MASKED (a large negative) where it is False.
+                                                  Shapes: scores (B,H,Tq,Tk), mask broadcastable -> (B,H,Tq,Tk)
+    A masked score no longer depends on its input, so backward zeroes the gradient there.
+    Cache: the mask.
+    """
+
+    def forward(self, scores, mask):
+        xp = backend.xp()
+        if mask.dtype != bool:
+            raise TypeError(f"Mask: mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
+        try:
+            shape = numpy.broadcast_shapes(tuple(mask.shape), tuple(scores.shape))
+        except ValueError:
+            shape = None
+        if shape != tuple(scores.shape):
+            raise ValueError(f"Mask: mask must broadcast to the attention scores' shape {tuple(scores.shape)} "
+                             f"(B, H, Tq, Tk), got mask shape {tuple(mask.shape)}")
+        self.mask = mask
+        return xp.where(mask, scores, scores.dtype.type(MASKED))  # (B,H,Tq,Tk)
+
+    def backward(self, dout):
+        dscores = backend.xp().where(self.mask, dout, dout.dtype.type(0))  # (B,H,Tq,Tk)
+        self.mask = None
+        return dscores
+
+
+class ScaledDotProductAttention(Module):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, each step a layer of its own:
+    matmul -> scale -> Mask -> Softmax -> Dropout -> matmul.
+
+    Shapes: q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv), mask broadcastable to (B,H,Tq,Tk) -> (B,H,Tq,Dv)
+    ``.attn`` keeps the weights (B,H,Tq,Tk) after softmax, before dropout, for plots.
+    A query row whose keys are all masked gets zero weights (and a zero output) instead of a uniform
+    average over padding.
+    Cache: q, k, v, the weights after dropout, and the children's caches.
+    """
+
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.mask_layer = Mask()
+        self.softmax = Softmax(axis=-1)
+        self.dropout = Dropout(dropout)
+        self.attn = None
+
+    def forward(self, q, k, v, mask=None):
+        xp = backend.xp()
+        self.scale = 1.0 / math.sqrt(q.shape[-1])
+        scores = (q @ k.swapaxes(-1, -2)) * self.scale         # Q K^T / sqrt(d_k)   (B,H,Tq,Tk)
+        if mask is not None:
+            scores = self.mask_layer(scores, mask)             # (B,H,Tq,Tk)
+        attn = self.softmax(scores)                            # (B,H,Tq,Tk), rows sum to 1
+        self.empty_rows = None
+        if mask is not None:
+            self.empty_rows = ~mask.any(axis=-1, keepdims=True)  # (B,1|H,Tq|1,1) rows with no key at all
+            attn = xp.where(self.empty_rows, attn.dtype.type(0), attn)
+        self.attn = attn
+        self.attn_dropped = self.dropout(attn)                 # (B,H,Tq,Tk)
+        self.q, self.k, self.v = q, k, v
+        self.has_mask = mask is not None
+        return self.attn_dropped @ v                           # (B,H,Tq,Dv)
+
+    def backward(self, dout):                                  # dout (B,H,Tq,Dv)
+        xp = backend.xp()
+        q, k, v = self.q, self.k, self.v
+        dv = self.attn_dropped.swapaxes(-1, -2) @ dout         # (B,H,Tk,Dv)
+        dattn = self.dropout.backward(dout @ v.swapaxes(-1, -2))  # (B,H,Tq,Tk)
+        if self.empty_rows is not None:
+            dattn = xp.where(self.empty_rows, dattn.dtype.type(0), dattn)
+        dscores = self.softmax.backward(dattn)                 # (B,H,Tq,Tk)
+        if self.has_mask:
+            dscores = self.mask_layer.backward(dscores)
+        dscores = dscores * self.scale
+        dq = dscores @ k                                       # (B,H,Tq,Dk)
+        dk = dscores.swapaxes(-1, -2) @ q                      # (B,H,Tk,Dk)
+        self.q = self.k = self.v = self.attn_dropped = None
+        return dq, dk, dv
+
+
+class MultiHeadAttention(Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_o,  head_i = Attention(Q W_q^i, K W_k^i, V W_v^i).
+
+    Query, key and value are separate inputs, so one class serves self-attention (all three are x)
+    and the decoder's cross-attention (key = value = encoder output).
+    Shapes: query (B,Tq,D), key (B,Tk,D), value (B,Tk,D), mask broadcastable to (B,H,Tq,Tk) -> (B,Tq,D)
+    backward(dout) -> (dquery, dkey, dvalue); for self-attention the caller adds the three.
+    ``.attn`` -> (B,H,Tq,Tk) after forward.
+    Cache: held by the four projections and the attention core.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
+        super().__init__()
+        check_positive_int("MultiHeadAttention", "d_model", d_model)
+        check_positive_int("MultiHeadAttention", "num_heads", num_heads)
+        check_probability("MultiHeadAttention", "dropout", dropout)
+        if d_model % num_heads:
+            raise ValueError(f"MultiHeadAttention: d_model must be divisible by num_heads, "
+                             f"got d_model={d_model}, num_heads={num_heads}")
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.W_q = Linear(d_model, d_model)
+        self.W_k = Linear(d_model, d_model)
+        self.W_v = Linear(d_model, d_model)
+        self.attention = ScaledDotProductAttention(dropout)
+        self.W_o = Linear(d_model, d_model)
+
+    @property
+    def attn(self):
+        return self.attention.attn
+
+    def split_heads(self, x):                                  # (B,T,D) -> (B,H,T,Dk)
+        B, T, _ = x.shape
+        return x.reshape(B, T, self.num_heads, self.d_k).transpose(0, 2, 1, 3)
+
+    def merge_heads(self, x):                                  # (B,H,T,Dk) -> (B,T,D)
+        B, _, T, _ = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(B, T, self.d_model)
+
+    def _check_inputs(self, query, key, value):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.ndim != 3 or x.shape[-1] != self.d_model:
+                raise ValueError(f"MultiHeadAttention: {name} must have shape (B, T, d_model={self.d_model}), "
+                                 f"got {tuple(x.shape)}")
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"MultiHeadAttention: key and value must have the same (B, Tk), "
+                             f"got key {tuple(key.shape)} and value {tuple(value.shape)}")
+        if query.shape[0] != key.shape[0]:
+            raise ValueError(f"MultiHeadAttention: query and key must have the same batch size, "
+                             f"got {query.shape[0]} and {key.shape[0]}")
+
+    def forward(self, query, key, value, mask=None):
+        self._check_inputs(query, key, value)
+        q = self.split_heads(self.W_q(query))                  # (B,H,Tq,Dk)
+        k = self.split_heads(self.W_k(key))                    # (B,H,Tk,Dk)
+        v = self.split_heads(self.W_v(value))                  # (B,H,Tk,Dk)
+        heads = self.attention(q, k, v, mask)                  # (B,H,Tq,Dk)
+        return self.W_o(self.merge_heads(heads))               # Concat(heads) W_o   (B,Tq,D)
+
+    def backward(self, dout):                                  # dout (B,Tq,D)
+        dheads = self.split_heads(self.W_o.backward(dout))     # (B,H,Tq,Dk)
+        dq, dk, dv = self.attention.backward(dheads)           # (B,H,Tq,Dk), (B,H,Tk,Dk), (B,H,Tk,Dk)
+        dquery = self.W_q.backward(self.merge_heads(dq))       # (B,Tq,D)
+        dkey = self.W_k.backward(self.merge_heads(dk))         # (B,Tk,D)
+        dvalue = self.W_v.backward(self.merge_heads(dv))       # (B,Tk,D)
+        return dquery, dkey, dvalue
+
+    def extra_repr(self):
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}"

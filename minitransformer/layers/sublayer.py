@@ -1,0 +1,41 @@
+"""The residual connection around each sublayer, with LayerNorm (§3.1) and dropout (§5.4)."""
+
+from __future__ import annotations
+
+from ..module import Module
+from .dropout import Dropout
+from .layernorm import LayerNorm
+
+
+class SublayerConnection(Module):
+    """Post-LN (the paper):  out = LayerNorm(x + Dropout(Sublayer(x)))
+    Pre-LN (norm_first=True): out = x + Dropout(Sublayer(LayerNorm(x)))     Shapes: (B,T,D) -> (B,T,D)
+
+    The sublayer (attention or feed-forward) is passed in as a function, so one class wraps all of them:
+        x = self.sublayer(x, self.ffn)                              # forward
+        dx = self.sublayer.backward(dout, self.ffn.backward)        # backward
+    ``sublayer_backward`` maps d(sublayer output) to d(sublayer input).
+    The residual is explicit in backward: the gradient flows both through the sublayer and around it.
+    Cache: held by the LayerNorm and Dropout children.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5):
+        super().__init__()
+        self.norm = LayerNorm(d_model, eps)
+        self.dropout = Dropout(dropout)
+        self.norm_first = bool(norm_first)
+
+    def forward(self, x, sublayer):                            # x (B,T,D)
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))    # (B,T,D)
+        return self.norm(x + self.dropout(sublayer(x)))        # (B,T,D)
+
+    def backward(self, dout, sublayer_backward):               # dout (B,T,D) -> dx (B,T,D)
+        if self.norm_first:
+            d_normed = sublayer_backward(self.dropout.backward(dout))
+            return dout + self.norm.backward(d_normed)         # around + through the sublayer
+        dsum = self.norm.backward(dout)                        # d(x + Dropout(Sublayer(x)))
+        return dsum + sublayer_backward(self.dropout.backward(dsum))  # around + through the sublayer
+
+    def extra_repr(self):
+        return f"norm_first={self.norm_first}"

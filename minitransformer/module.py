@@ -1,0 +1,211 @@
+"""Parameter and Module: the two classes every layer is built from.
+
+A ``Parameter`` is a pair of arrays, ``data`` and ``grad``, of the same shape.
+A ``Module`` has ``forward`` (computes the output and caches what backward needs) and ``backward``
+(takes dL/d(output), returns dL/d(input) and ADDS into the ``grad`` of its parameters).
+
+Why add (+=) and never assign: a value used twice (a residual branch, a tied embedding, the encoder
+output read by every decoder layer) receives one gradient from each use, and the sum is the total.
+``zero_grad()`` clears the sums before the next step.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+
+import numpy
+
+from . import backend
+
+
+class Parameter:
+    """A trainable array and its gradient.     data, grad: same shape, active backend, default dtype."""
+
+    def __init__(self, data):
+        xp = backend.xp()
+        dtype = data.dtype if hasattr(data, "dtype") and data.dtype.kind == "f" else backend.get_default_dtype()
+        self.data = xp.asarray(data, dtype=dtype)
+        self.grad = xp.zeros_like(self.data)
+
+    @property
+    def shape(self):
+        return self.data.shape
+
+    def zero_grad(self):
+        self.grad.fill(0)  # in place: no cache holds a reference to a gradient buffer
+
+    def __repr__(self):
+        return f"Parameter(shape={tuple(self.data.shape)}, dtype={self.data.dtype})"
+
+
+class Module:
+    """Base class of every layer and model.
+
+    Subclasses define ``forward(*inputs)`` and ``backward(dout)``. Assigning a Parameter or a Module to
+    an attribute registers it, so ``parameters()`` finds it (the idea comes from minitorch / PyTorch).
+
+    One instance per call site: a forward in training mode caches activations for its backward, so a
+    second forward before that backward would overwrite them. Calling the module (``module(x)``) in
+    training mode twice without a backward in between raises instead of silently computing wrong gradients.
+    In eval mode a module can run any number of forwards (inference).
+    """
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_awaiting_backward", False)
+
+    # -- registration ------------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() before setting {name!r}")
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    # -- calling -----------------------------------------------------------------------
+    def __call__(self, *inputs, **kwargs):
+        if self.training and self._awaiting_backward:
+            raise RuntimeError(
+                f"{type(self).__name__}: forward was called twice in training mode without a backward in between, "
+                "which would overwrite the activations its backward needs. Use one instance per call site, "
+                "call backward after each forward, or switch to .eval() for inference."
+            )
+        out = self.forward(*inputs, **kwargs)
+        object.__setattr__(self, "_awaiting_backward", self.training)
+        return out
+
+    def __init_subclass__(cls, **kwargs):
+        # Every subclass's backward marks the forward's cache as consumed, so the next forward may run.
+        super().__init_subclass__(**kwargs)
+        if "backward" in cls.__dict__:
+            user_backward = cls.__dict__["backward"]
+
+            @functools.wraps(user_backward)
+            def backward(self, *args, **kw):
+                object.__setattr__(self, "_awaiting_backward", False)
+                return user_backward(self, *args, **kw)
+
+            cls.backward = backward
+
+    def forward(self, *inputs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward")
+
+    def backward(self, dout):
+        raise NotImplementedError(f"{type(self).__name__} must define backward")
+
+    # -- traversal -----------------------------------------------------------------------
+    def named_modules(self, prefix: str = ""):
+        """(dotted name, module) for this module and every descendant, each instance once."""
+        seen = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, mod = stack.pop(0)
+            if id(mod) in seen:
+                continue
+            seen.add(id(mod))
+            yield name, mod
+            for child_name, child in mod._modules.items():
+                stack.append((f"{name}.{child_name}" if name else child_name, child))
+
+    def modules(self):
+        return [m for _, m in self.named_modules()]
+
+    def named_parameters(self, prefix: str = ""):
+        """(dotted name, Parameter) pairs; a parameter shared by several modules appears once, under its first name."""
+        seen = set()
+        out = []
+        for mod_name, mod in self.named_modules(prefix):
+            for p_name, p in mod._parameters.items():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append((f"{mod_name}.{p_name}" if mod_name else p_name, p))
+        return out
+
+    def parameters(self):
+        """Every Parameter once (tied ones too), so an optimiser steps each exactly once."""
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self) -> int:
+        return int(sum(p.data.size for p in self.parameters()))
+
+    def zero_grad(self):
+        for p in self.parameters():
+            p.zero_grad()
+
+    def train(self, mode: bool = True):
+        """Training mode (dropout active) for this module and its children. Returns self."""
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+            object.__setattr__(m, "_awaiting_backward", False)
+        return self
+
+    def eval(self):
+        """Inference mode (dropout is the identity). Returns self."""
+        return self.train(False)
+
+    # -- saving ----------------------------------------------------------------------------
+    def state_dict(self) -> "OrderedDict[str, numpy.ndarray]":
+        """{dotted name: host copy of the weights}; tied parameters are stored once."""
+        return OrderedDict((name, backend.to_numpy(p.data).copy()) for name, p in self.named_parameters())
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Copy weights in. Shapes must match; with strict=True the names must match exactly."""
+        params = OrderedDict(self.named_parameters())
+        missing = [k for k in params if k not in state]
+        unexpected = [k for k in state if k not in params]
+        if strict and (missing or unexpected):
+            raise ValueError(
+                f"load_state_dict: state does not match {type(self).__name__}: "
+                f"missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+            )
+        for name, p in params.items():
+            if name not in state:
+                continue
+            value = state[name]
+            if tuple(value.shape) != tuple(p.data.shape):
+                raise ValueError(
+                    f"load_state_dict: parameter {name!r} expects shape {tuple(p.data.shape)}, got {tuple(value.shape)}"
+                )
+            p.data[...] = backend.asarray(value, dtype=p.data.dtype)
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}("]
+        for name, mod in self._modules.items():
+            sub = repr(mod).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {sub}")
+        extra = self.extra_repr()
+        if len(lines) == 1:
+            return f"{type(self).__name__}({extra})"
+        if extra:
+            lines.insert(1, f"  {extra}")
+        lines.append(")")
+        return "\n".join(lines)
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class ModuleList(Module):
+    """A list of modules, registered as children named "0", "1", ..."""
+
+    def __init__(self, modules=()):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
