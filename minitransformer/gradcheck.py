@@ -157,8 +157,13 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
     grads = module.backward(*upstream) if len(upstream) > 1 else module.backward(upstream[0])
     grads = _as_tuple(grads)
 
+    # L is taken relative to the unperturbed outputs: sum((f(z) - f(z0)) * g). The constant f(z0) does not
+    # change the difference quotient, but subtracting it elementwise first avoids the rounding of large
+    # terms (such as a masked score of -1e9) that would otherwise swamp the tiny difference.
+    reference = [o.copy() for o in outputs]
+
     def loss() -> float:
-        return float(sum(float((o * g).sum()) for o, g in zip(run_forward(), upstream)))
+        return float(sum(float(((o - r) * g).sum()) for o, r, g in zip(run_forward(), reference, upstream)))
 
     targets = []  # (name, array to perturb, analytic gradient)
     for i in float_inputs:

@@ -22,10 +22,10 @@ from . import backend
 class Parameter:
     """A trainable array and its gradient.     data, grad: same shape, active backend, default dtype."""
 
-    def __init__(self, data):
+    def __init__(self, data, dtype=None):
         xp = backend.xp()
-        dtype = data.dtype if hasattr(data, "dtype") and data.dtype.kind == "f" else backend.get_default_dtype()
-        self.data = xp.asarray(data, dtype=dtype)
+        # New parameters take the default dtype (float32, or float64 for gradient checks) unless told otherwise.
+        self.data = xp.asarray(data, dtype=backend.get_default_dtype() if dtype is None else dtype)
         self.grad = xp.zeros_like(self.data)
 
     @property

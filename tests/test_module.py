@@ -1,0 +1,137 @@
+"""Module and Parameter bookkeeping, and the backend switch."""
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import layers as L
+
+
+class Tied(mt.Module):
+    """One Parameter used by two layers: parameters() must list it once."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = L.Linear(3, 3)
+        self.b = L.Linear(3, 3)
+        self.b.W = self.a.W
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+    def backward(self, dout):
+        return self.a.backward(self.b.backward(dout))
+
+
+def test_parameters_are_registered_recursively_and_once():
+    m = Tied()
+    names = [n for n, _ in m.named_parameters()]
+    assert names == ["a.W", "a.b", "b.b"]
+    assert len(m.parameters()) == 3
+
+
+def test_tied_gradient_is_the_sum_of_both_uses(float64, rng):
+    m = Tied()
+    x, dout = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    m(x)
+    m.backward(dout)
+    W = m.a.W.data
+    h = x @ W + m.a.b.data
+    expected = h.T @ dout + x.T @ (dout @ W.T)            # dW from use b plus dW from use a
+    np.testing.assert_allclose(m.a.W.grad, expected, rtol=1e-12)
+    mt.gradcheck.check(m, x).assert_ok(1e-6)
+
+
+def test_gradients_accumulate_until_zero_grad(float64, rng):
+    lin = L.Linear(4, 2)
+    x, dout = rng.standard_normal((3, 4)), rng.standard_normal((3, 2))
+    lin(x)
+    lin.backward(dout)
+    once = lin.W.grad.copy()
+    lin(x)
+    lin.backward(dout)
+    np.testing.assert_allclose(lin.W.grad, 2 * once, rtol=1e-12)
+    lin.zero_grad()
+    assert not lin.W.grad.any()
+
+
+def test_second_forward_without_backward_raises_in_training_only(rng):
+    mha = L.MultiHeadAttention(4, 2)
+    x = rng.standard_normal((1, 2, 4)).astype(np.float32)
+    mha(x, x, x)
+    with pytest.raises(RuntimeError, match="forward was called twice in training mode"):
+        mha(x, x, x)
+    mha.eval()
+    mha(x, x, x)
+    mha(x, x, x)                                           # inference: any number of forwards
+
+
+def test_train_eval_recurse():
+    ffn = L.PositionwiseFeedForward(4, 6, dropout=0.5)
+    ffn.eval()
+    assert all(not m.training for m in ffn.modules())
+    ffn.train()
+    assert all(m.training for m in ffn.modules())
+
+
+def test_state_dict_round_trip_and_shape_check():
+    a, b = L.PositionwiseFeedForward(4, 6), L.PositionwiseFeedForward(4, 6)
+    b.load_state_dict(a.state_dict())
+    for (n1, p1), (n2, p2) in zip(a.named_parameters(), b.named_parameters()):
+        assert n1 == n2
+        np.testing.assert_array_equal(p1.data, p2.data)
+    with pytest.raises(ValueError, match=r"parameter 'W1.W' expects shape \(4, 6\), got \(4, 5\)"):
+        b.load_state_dict({**a.state_dict(), "W1.W": np.zeros((4, 5))})
+    with pytest.raises(ValueError, match=r"missing keys \['W2.b'\]"):
+        b.load_state_dict({k: v for k, v in a.state_dict().items() if k != "W2.b"})
+
+
+def test_state_dict_is_a_copy():
+    lin = L.Linear(2, 2)
+    sd = lin.state_dict()
+    sd["W"][...] = 7
+    assert not np.all(lin.W.data == 7)
+
+
+def test_default_dtype_and_seed():
+    mt.set_default_dtype("float64")
+    assert L.Linear(2, 3).W.data.dtype == np.float64
+    mt.set_default_dtype("float32")
+    assert L.Linear(2, 3).W.data.dtype == np.float32
+    mt.manual_seed(7)
+    w1 = L.Linear(5, 5).W.data.copy()
+    mt.manual_seed(7)
+    np.testing.assert_array_equal(w1, L.Linear(5, 5).W.data)
+    with pytest.raises(ValueError, match="set_default_dtype: dtype must be one of"):
+        mt.set_default_dtype("int8")
+    with pytest.raises(ValueError, match="manual_seed: seed must be a non-negative int"):
+        mt.manual_seed(-1)
+
+
+def test_backend_switch_errors():
+    with pytest.raises(ValueError, match=r"set_backend: name must be one of \('numpy', 'cupy'\), got 'jax'"):
+        mt.set_backend("jax")
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install 'minitransformer\\[gpu\\]'"):
+            mt.set_backend("cupy")
+    assert mt.get_backend() == "numpy"
+
+
+def test_backend_from_environment_variable():
+    import subprocess
+    import sys
+    code = "import minitransformer as mt; print(mt.get_backend())"
+    env = {"MINITRANSFORMER_BACKEND": "numpy", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "numpy"
+    bad = subprocess.run([sys.executable, "-c", code], env={**env, "MINITRANSFORMER_BACKEND": "tpu"},
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "set_backend: name must be one of" in bad.stderr
+
+
+def test_to_numpy_returns_host_arrays():
+    x = np.arange(3.0)
+    assert mt.to_numpy(x) is x
+    assert isinstance(mt.to_numpy(np.float32(2.0)), np.ndarray)
