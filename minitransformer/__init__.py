@@ -19,3 +19,5 @@ from .module import Module, ModuleList, Parameter
 __version__ = "0.1.0"
 
 from . import gradcheck, layers, masks  # noqa: E402
+from . import optim  # noqa: E402
+from .loss import CrossEntropyLoss  # noqa: E402

@@ -1,0 +1,311 @@
+"""Optimisers and the learning-rate schedule of the paper (section 5.3): SGD, Adam, NoamSchedule, clip_grad_norm.
+
+An optimiser holds the list of Parameters and, for each, the state its update rule needs (Adam's two
+moving averages, SGD's momentum buffer), keyed by the parameter's index in that list: layers never
+carry optimiser state. ``step()`` reads every ``p.grad`` and changes ``p.data`` in place.
+
+One training step:
+
+    loss = loss_fn(model(src, tgt_in), tgt_out)
+    model.backward(loss_fn.backward())
+    clip_grad_norm(model.parameters(), max_norm=1.0)    # optional
+    sched.step(); opt.step(); opt.zero_grad()
+
+``state_dict()`` gives plain data, host NumPy arrays and Python numbers under string keys
+({"step": 3, "lr": 1e-3, "m.0": array, ...}), so a checkpoint is an ``.npz`` file with no pickle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+
+from . import backend
+
+# ----------------------------------------------------------------------------------------- checks
+
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float, numpy.integer, numpy.floating))
+
+
+def _check_positive(owner: str, name: str, value) -> None:
+    if not _is_number(value) or not value > 0:            # `not > 0` also rejects nan
+        raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")
+
+
+def _check_non_negative(owner: str, name: str, value) -> None:
+    if not _is_number(value) or not value >= 0:
+        raise ValueError(f"{owner}: {name} must be a number >= 0, got {value!r}")
+
+
+def _check_unit_interval(owner: str, name: str, value) -> None:
+    """A decay rate such as a momentum or a beta: a number in [0, 1)."""
+    if not _is_number(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{owner}: {name} must be a number in [0, 1), got {value!r}")
+
+
+def _check_positive_int(owner: str, name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or value <= 0:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+
+
+def _parameter_list(owner: str, name: str, params) -> list:
+    """The parameters as a list: non-empty, each with .data and .grad, none twice (it would be stepped twice)."""
+    if hasattr(params, "data") and hasattr(params, "grad"):
+        raise ValueError(f"{owner}: {name} must be an iterable of Parameters (e.g. model.parameters()), "
+                         f"got a single {type(params).__name__}")
+    try:
+        params = list(params)
+    except TypeError:
+        raise ValueError(f"{owner}: {name} must be an iterable of Parameters (e.g. model.parameters()), "
+                         f"got {type(params).__name__}") from None
+    if not params:
+        raise ValueError(f"{owner}: {name} must be a non-empty list of Parameters, got an empty list")
+    for i, p in enumerate(params):
+        if not (hasattr(p, "data") and hasattr(p, "grad")):
+            raise TypeError(f"{owner}: {name}[{i}] must be a Parameter (with .data and .grad), "
+                            f"got {type(p).__name__}")
+    if len({id(p) for p in params}) != len(params):
+        raise ValueError(f"{owner}: {name} lists a Parameter more than once; pass each once "
+                         "(Module.parameters() already lists tied parameters once)")
+    return params
+
+
+# -------------------------------------------------------------------------------------- optimisers
+
+class Optimizer:
+    """Base class: the parameter list, the learning rate, the step count and the per-parameter state arrays.
+
+    Subclasses name their state arrays in ``_state_names`` (e.g. ("m", "v")), allocate them once with
+    ``_allocate_state`` and define ``step()``. state_dict/load_state_dict then need nothing more.
+    """
+
+    _state_names: tuple = ()
+    _hyper_names: tuple = ()      # scalar hyperparameters, shown by repr
+
+    def __init__(self, params, lr: float):
+        owner = type(self).__name__
+        self.params = _parameter_list(owner, "params", params)
+        _check_positive(owner, "lr", lr)
+        self.lr = float(lr)
+        self.step_count = 0       # number of step() calls so far (Adam's t)
+        self.state = {}           # {state name: [one array per parameter, same shape and dtype as p.data]}
+
+    def _allocate_state(self) -> None:
+        xp = backend.xp()
+        self.state = {name: [xp.zeros_like(p.data) for p in self.params] for name in self._state_names}
+
+    def zero_grad(self) -> None:
+        """Set every gradient to zero (backward adds into .grad, so this starts the next sum)."""
+        for p in self.params:
+            p.grad.fill(0)
+
+    def step(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define step")
+
+    # -- saving -------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """{"step": int, "lr": float, "<state>.<i>": host array, ...}: plain data, ready for ``numpy.savez``.
+
+        Hyperparameters (betas, eps, momentum, weight decay) are not in it: they are constructor
+        arguments, so they come back with the configuration that rebuilds the optimiser.
+        """
+        out = {"step": self.step_count, "lr": self.lr}
+        for name, arrays in self.state.items():
+            for i, a in enumerate(arrays):
+                out[f"{name}.{i}"] = backend.to_numpy(a).copy()   # a copy: the state keeps changing
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what ``state_dict`` gave (also after a round trip through ``numpy.savez``/``numpy.load``,
+        where the numbers come back as 0-d arrays). Arrays are copied into the existing buffers."""
+        owner = type(self).__name__
+        needed = ["step", "lr"] + [f"{name}.{i}" for name in self._state_names for i in range(len(self.params))]
+        missing = [k for k in needed if k not in state]
+        unexpected = [k for k in state if k not in needed]
+        if missing or unexpected:
+            raise ValueError(f"{owner}.load_state_dict: state must have exactly the keys {needed[:6]}"
+                             f"{'...' if len(needed) > 6 else ''} (this optimiser, {len(self.params)} parameters); "
+                             f"missing {missing[:6]}, unexpected {unexpected[:6]}")
+        for name in self._state_names:
+            for i, p in enumerate(self.params):
+                value = state[f"{name}.{i}"]
+                if tuple(numpy.shape(value)) != tuple(p.data.shape):
+                    raise ValueError(f"{owner}.load_state_dict: {name}.{i} must have shape {tuple(p.data.shape)} "
+                                     f"(parameter {i}), got {tuple(numpy.shape(value))}")
+        self.step_count = int(state["step"])
+        self.lr = float(state["lr"])
+        for name in self._state_names:
+            for i, a in enumerate(self.state[name]):
+                a[...] = backend.asarray(state[f"{name}.{i}"], dtype=a.dtype)
+
+    def __repr__(self):
+        hyper = ", ".join(f"{name}={getattr(self, name)}" for name in ("lr", *self._hyper_names))
+        return f"{type(self).__name__}({len(self.params)} parameters, {hyper}, step={self.step_count})"
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, with optional momentum and L2 weight decay; the update of torch.optim.SGD.
+
+        g = grad + weight_decay * p
+        b = momentum * b + g                  (b starts at 0, so the first b is g, as in torch)
+        p = p - lr * b                        (p = p - lr * g without momentum)
+
+    State: the momentum buffer b, one per parameter (only when momentum > 0).
+    """
+
+    _hyper_names = ("momentum", "weight_decay")
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        _check_unit_interval("SGD", "momentum", momentum)
+        _check_non_negative("SGD", "weight_decay", weight_decay)
+        self.momentum = float(momentum)
+        self.weight_decay = float(weight_decay)
+        self._state_names = ("momentum_buffer",) if self.momentum > 0 else ()
+        self._allocate_state()
+
+    def step(self) -> None:
+        self.step_count += 1
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if self.weight_decay:
+                g = g + self.weight_decay * p.data              # L2: the gradient of wd/2 * |p|^2
+            if self.momentum:
+                b = self.state["momentum_buffer"][i]
+                b *= self.momentum
+                b += g                                          # in place: b = momentum * b + g
+                g = b
+            p.data -= self.lr * g                               # in place: the only write to the weights
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), with the defaults of the paper: betas (0.9, 0.98), eps 1e-9. The update of torch.optim.Adam.
+
+        g = grad + weight_decay * p                   (L2 penalty added to the gradient, as torch.optim.Adam;
+                                                       AdamW's decoupled decay is a different rule)
+        m = beta1 * m + (1 - beta1) * g               first moment, running mean of g
+        v = beta2 * v + (1 - beta2) * g^2             second moment, running mean of g^2
+        m_hat = m / (1 - beta1^t),  v_hat = v / (1 - beta2^t)     bias correction: m and v start at 0
+        p = p - lr * m_hat / (sqrt(v_hat) + eps)
+
+    eps is added after the square root, and torch computes sqrt(v_hat) as sqrt(v) / sqrt(1 - beta2^t);
+    this code follows the same order of operations so the two agree to rounding.
+    State: m and v, one each per parameter, allocated once; t = step_count is shared by all parameters.
+    """
+
+    _state_names = ("m", "v")
+    _hyper_names = ("beta1", "beta2", "eps", "weight_decay")
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.98), eps: float = 1e-9, weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"Adam: betas must be a pair (beta1, beta2) of numbers in [0, 1), got {betas!r}")
+        _check_unit_interval("Adam", "betas[0]", betas[0])
+        _check_unit_interval("Adam", "betas[1]", betas[1])
+        _check_non_negative("Adam", "eps", eps)
+        _check_non_negative("Adam", "weight_decay", weight_decay)
+        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
+        self.eps = float(eps)
+        self.weight_decay = float(weight_decay)
+        self._allocate_state()
+
+    @property
+    def betas(self) -> tuple:
+        return (self.beta1, self.beta2)
+
+    def step(self) -> None:
+        xp = backend.xp()
+        self.step_count += 1
+        t = self.step_count
+        beta1, beta2 = self.beta1, self.beta2
+        step_size = self.lr / (1.0 - beta1 ** t)                # lr / bias_correction1
+        sqrt_bias_correction2 = math.sqrt(1.0 - beta2 ** t)
+        for i, p in enumerate(self.params):
+            m, v = self.state["m"][i], self.state["v"][i]
+            g = p.grad
+            if self.weight_decay:
+                g = g + self.weight_decay * p.data              # (shape of p) a new array: p.grad stays as it was
+            m *= beta1
+            m += (1.0 - beta1) * g                              # m = beta1 m + (1 - beta1) g, in place
+            v *= beta2
+            v += (1.0 - beta2) * (g * g)                        # v = beta2 v + (1 - beta2) g^2, in place
+            denom = xp.sqrt(v)                                  # (shape of p)
+            denom /= sqrt_bias_correction2                      # sqrt(v_hat)
+            denom += self.eps
+            p.data -= step_size * (m / denom)                   # in place: the only write to the weights
+
+
+# ----------------------------------------------------------------------------------------- schedule
+
+class NoamSchedule:
+    """The learning rate of the paper (section 5.3): linear warmup, then decay as 1/sqrt(step).
+
+        lr(k) = factor * d_model^-0.5 * min(k^-0.5, k * warmup^-1.5)
+
+    The two terms meet at k = warmup, where lr peaks at factor / sqrt(d_model * warmup).
+    Counts steps from 0: the k-th ``step()`` (k = 1, 2, ...) sets ``optimizer.lr = lr(k)``, so call it
+    just before ``optimizer.step()``.
+    """
+
+    def __init__(self, optimizer, d_model: int, warmup: int = 4000, factor: float = 1.0):
+        if not hasattr(optimizer, "lr"):
+            raise ValueError(f"NoamSchedule: optimizer must be an optimiser with an lr attribute, "
+                             f"got {type(optimizer).__name__}")
+        _check_positive_int("NoamSchedule", "d_model", d_model)
+        _check_positive_int("NoamSchedule", "warmup", warmup)
+        _check_positive("NoamSchedule", "factor", factor)
+        self.optimizer = optimizer
+        self.d_model, self.warmup, self.factor = int(d_model), int(warmup), float(factor)
+        self.step_num = 0
+
+    def lr_at(self, k: int) -> float:
+        """The learning rate of step k (k >= 1)."""
+        _check_positive_int("NoamSchedule.lr_at", "k", k)
+        return self.factor * self.d_model ** -0.5 * min(k ** -0.5, k * self.warmup ** -1.5)
+
+    def step(self) -> float:
+        """Advance one step, set the optimiser's lr and return it."""
+        self.step_num += 1
+        self.optimizer.lr = self.lr_at(self.step_num)
+        return self.optimizer.lr
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_num, "d_model": self.d_model, "warmup": self.warmup, "factor": self.factor}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the step count (and the hyperparameters); the optimiser's lr is set to that step's."""
+        missing = [k for k in ("step", "d_model", "warmup", "factor") if k not in state]
+        if missing:
+            raise ValueError(f"NoamSchedule.load_state_dict: state must have the keys step, d_model, warmup, "
+                             f"factor; missing {missing}")
+        self.step_num = int(state["step"])
+        self.d_model, self.warmup, self.factor = int(state["d_model"]), int(state["warmup"]), float(state["factor"])
+        if self.step_num > 0:
+            self.optimizer.lr = self.lr_at(self.step_num)
+
+    def __repr__(self):
+        return f"NoamSchedule(d_model={self.d_model}, warmup={self.warmup}, factor={self.factor}, step={self.step_num})"
+
+
+# ------------------------------------------------------------------------------------------ clipping
+
+def clip_grad_norm(parameters, max_norm: float) -> float:
+    """Rescale all gradients together so that their joint L2 norm is at most max_norm; torch's clip_grad_norm_.
+
+        total = sqrt(sum over parameters of sum(grad^2))
+        if max_norm / (total + 1e-6) < 1:  every grad *= max_norm / (total + 1e-6)
+
+    Returns ``total``, the norm before clipping, as a Python float (worth logging: spikes show instability).
+    The scaling is decided on the device; the returned float is the one host transfer.
+    """
+    params = _parameter_list("clip_grad_norm", "parameters", parameters)
+    _check_positive("clip_grad_norm", "max_norm", max_norm)
+    xp = backend.xp()
+    total_sq = sum(xp.vdot(p.grad.ravel(), p.grad.ravel()) for p in params)  # ()  vdot: no g*g temporary
+    total = xp.sqrt(total_sq)                                                # ()
+    clip_coef = xp.minimum(max_norm / (total + 1e-6), 1.0)                   # ()  1.0 leaves grads unchanged
+    for p in params:
+        p.grad *= clip_coef.astype(p.grad.dtype)                             # in place
+    return float(total)

@@ -1,0 +1,296 @@
+"""Optimisers, schedule and clipping: parity with torch.optim / torch.nn.utils in float64, the schedule's
+values by hand, exact resume from a state_dict (through an .npz file), and argument checks."""
+
+import io
+import math
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import optim
+
+TORCH_TOL = 1e-12        # same update rule, same order of operations: only rounding differs
+SHAPES = [(3, 5), (7,), (2, 3, 4)]
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    mt.set_default_dtype("float64")
+    yield
+    mt.set_default_dtype("float32")
+
+
+def make_params(seed=0, shapes=SHAPES):
+    rng = np.random.default_rng(seed)
+    return [mt.Parameter(rng.normal(size=s)) for s in shapes]
+
+
+def random_grads(rng, shapes=SHAPES, scale=1.0):
+    return [rng.normal(scale=scale, size=s) for s in shapes]
+
+
+def set_grads(params, grads):
+    for p, g in zip(params, grads):
+        p.grad[...] = g
+
+
+def run_against_torch(torch, ours, theirs, params, tparams, steps, lrs=None, seed=1):
+    """Apply the same random gradients to both optimisers for `steps` steps; return the worst difference."""
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for k in range(steps):
+        grads = random_grads(rng, scale=10.0 ** rng.uniform(-3, 1))      # gradients of varied size
+        set_grads(params, grads)
+        for tp, g in zip(tparams, grads):
+            tp.grad = torch.tensor(g)
+        if lrs is not None:                                                # a schedule changing lr every step
+            ours.lr = lrs[k]
+            for group in theirs.param_groups:
+                group["lr"] = lrs[k]
+        ours.step()
+        theirs.step()
+        for i, (p, tp) in enumerate(zip(params, tparams)):
+            diff = np.abs(p.data - tp.detach().numpy()).max()
+            assert diff <= TORCH_TOL, f"step {k + 1}, parameter {i}: max |ours - torch| = {diff:.2e}"
+            worst = max(worst, diff)
+    return worst
+
+
+# ------------------------------------------------------------------------------------------ torch parity
+
+@pytest.mark.torch
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+@pytest.mark.parametrize("betas,eps", [((0.9, 0.98), 1e-9), ((0.9, 0.999), 1e-8), ((0.5, 0.7), 1e-3)])
+@pytest.mark.parametrize("vary_lr", [False, True])
+def test_adam_equals_torch(weight_decay, betas, eps, vary_lr):
+    torch = pytest.importorskip("torch")
+    params = make_params()
+    tparams = [torch.tensor(p.data.copy(), requires_grad=True) for p in params]
+    ours = optim.Adam(params, lr=1e-2, betas=betas, eps=eps, weight_decay=weight_decay)
+    theirs = torch.optim.Adam(tparams, lr=1e-2, betas=betas, eps=eps, weight_decay=weight_decay)
+    lrs = list(np.linspace(1e-3, 3e-2, 8)) if vary_lr else None
+    run_against_torch(torch, ours, theirs, params, tparams, steps=8, lrs=lrs)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+def test_sgd_equals_torch(momentum, weight_decay):
+    torch = pytest.importorskip("torch")
+    params = make_params()
+    tparams = [torch.tensor(p.data.copy(), requires_grad=True) for p in params]
+    ours = optim.SGD(params, lr=0.1, momentum=momentum, weight_decay=weight_decay)
+    theirs = torch.optim.SGD(tparams, lr=0.1, momentum=momentum, weight_decay=weight_decay)
+    run_against_torch(torch, ours, theirs, params, tparams, steps=6)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("max_norm", [0.5, 3.0, 1e3])
+def test_clip_grad_norm_equals_torch(max_norm):
+    torch = pytest.importorskip("torch")
+    params = make_params()
+    grads = random_grads(np.random.default_rng(2))
+    set_grads(params, grads)
+    tparams = [torch.tensor(p.data.copy(), requires_grad=True) for p in params]
+    for tp, g in zip(tparams, grads):
+        tp.grad = torch.tensor(g)
+    norm = optim.clip_grad_norm(params, max_norm)
+    ref = torch.nn.utils.clip_grad_norm_(tparams, max_norm)
+    assert isinstance(norm, float)
+    assert norm == pytest.approx(ref.item(), rel=TORCH_TOL)
+    for i, (p, tp) in enumerate(zip(params, tparams)):
+        diff = np.abs(p.grad - tp.grad.numpy()).max()
+        assert diff <= TORCH_TOL, f"parameter {i}: max |grad - torch| = {diff:.2e}"
+
+
+# ------------------------------------------------------------------------------------------ by hand
+
+def test_clip_grad_norm_by_hand():
+    params = make_params(shapes=[(2,), (1,)])
+    set_grads(params, [np.array([3.0, 0.0]), np.array([4.0])])            # joint norm 5
+    assert optim.clip_grad_norm(params, max_norm=10.0) == 5.0
+    np.testing.assert_array_equal(params[0].grad, [3.0, 0.0])              # below max_norm: untouched
+    assert optim.clip_grad_norm(params, max_norm=1.0) == 5.0               # returns the norm BEFORE clipping
+    scale = 1.0 / (5.0 + 1e-6)
+    np.testing.assert_allclose(params[0].grad, [3.0 * scale, 0.0], rtol=1e-15)
+    np.testing.assert_allclose(params[1].grad, [4.0 * scale], rtol=1e-15)
+
+
+def test_adam_first_step_by_hand():
+    # after one step m_hat = g and v_hat = g^2, so the update is lr * g / (|g| + eps)
+    params = make_params(shapes=[(3,)])
+    start = params[0].data.copy()
+    g = np.array([2.0, -0.5, 1e-3])
+    set_grads(params, [g])
+    optim.Adam(params, lr=0.1, eps=1e-9).step()
+    np.testing.assert_allclose(params[0].data, start - 0.1 * g / (np.abs(g) + 1e-9), rtol=1e-14)
+
+
+def test_weight_decay_does_not_touch_grad_and_zero_grad_clears():
+    params = make_params()
+    grads = random_grads(np.random.default_rng(3))
+    set_grads(params, grads)
+    opt = optim.Adam(params, weight_decay=0.1)
+    opt.step()
+    for p, g in zip(params, grads):
+        np.testing.assert_array_equal(p.grad, g)
+    opt.zero_grad()
+    assert all(not p.grad.any() for p in params)
+
+
+def test_noam_schedule_values():
+    opt = optim.Adam(make_params())
+    sched = optim.NoamSchedule(opt, d_model=512, warmup=4000)
+    peak = 1.0 / math.sqrt(512 * 4000)                                     # the two terms meet at k = warmup
+    assert sched.lr_at(4000) == pytest.approx(peak, rel=1e-15)
+    assert sched.lr_at(4000) == pytest.approx(6.987712429686843e-04, rel=1e-14)
+    assert sched.lr_at(1) == pytest.approx(512 ** -0.5 * 4000 ** -1.5, rel=1e-15)  # warmup branch: k * warmup^-1.5
+    assert sched.lr_at(2000) == pytest.approx(peak / 2, rel=1e-14)        # linear warmup: half way, half the peak
+    assert sched.lr_at(16000) == pytest.approx(peak / 2, rel=1e-14)       # decay as k^-0.5: 4x the steps, half
+    assert sched.lr_at(4001) < peak and sched.lr_at(3999) < peak
+    assert max(sched.lr_at(k) for k in range(1, 20000, 7)) <= peak
+    assert optim.NoamSchedule(opt, 512, 4000, factor=2.0).lr_at(10) == pytest.approx(2 * sched.lr_at(10), rel=1e-15)
+
+
+def test_noam_step_sets_optimizer_lr():
+    opt = optim.SGD(make_params(), lr=1.0)
+    sched = optim.NoamSchedule(opt, d_model=16, warmup=3, factor=1.0)
+    assert sched.step_num == 0 and opt.lr == 1.0                            # nothing happens before the first step
+    expected = [16 ** -0.5 * 1 * 3 ** -1.5, 16 ** -0.5 * 2 * 3 ** -1.5, 16 ** -0.5 * 3 ** -0.5, 16 ** -0.5 * 4 ** -0.5]
+    for k, lr in enumerate(expected, start=1):
+        assert sched.step() == pytest.approx(lr, rel=1e-15)
+        assert opt.lr == pytest.approx(lr, rel=1e-15) and sched.step_num == k
+
+
+# ------------------------------------------------------------------------------------------ resume
+
+def npz_round_trip(state):
+    """Through numpy.savez / numpy.load without pickle, as a checkpoint does."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **state)
+    buffer.seek(0)
+    with np.load(buffer, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: optim.Adam(ps, lr=1e-2, weight_decay=0.01),
+    lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: optim.SGD(ps, lr=0.1),
+], ids=["adam", "sgd-momentum", "sgd"])
+def test_state_dict_round_trip_continues_identically(make_opt):
+    rng = np.random.default_rng(4)
+    grads = [random_grads(rng) for _ in range(6)]
+    params = make_params()
+    opt = make_opt(params)
+    sched = optim.NoamSchedule(opt, d_model=8, warmup=2)
+    for g in grads[:3]:
+        set_grads(params, g)
+        sched.step()
+        opt.step()
+
+    opt_state, sched_state = npz_round_trip(opt.state_dict()), npz_round_trip(sched.state_dict())
+    weights = [p.data.copy() for p in params]
+    resumed = [mt.Parameter(w) for w in weights]
+    opt2 = make_opt(resumed)
+    sched2 = optim.NoamSchedule(opt2, d_model=8, warmup=2)
+    opt2.load_state_dict(opt_state)
+    sched2.load_state_dict(sched_state)
+    assert opt2.step_count == opt.step_count == 3 and sched2.step_num == 3 and opt2.lr == opt.lr
+
+    for g in grads[3:]:
+        for ps, o, s in ((params, opt, sched), (resumed, opt2, sched2)):
+            set_grads(ps, g)
+            s.step()
+            o.step()
+    for p, q in zip(params, resumed):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_state_dict_is_plain_host_data_and_a_copy():
+    params = make_params()
+    opt = optim.Adam(params)
+    set_grads(params, random_grads(np.random.default_rng(5)))
+    opt.step()
+    state = opt.state_dict()
+    assert set(state) == {"step", "lr"} | {f"{n}.{i}" for n in "mv" for i in range(len(SHAPES))}
+    assert state["step"] == 1 and isinstance(state["step"], int) and isinstance(state["lr"], float)
+    assert all(isinstance(state[f"m.{i}"], np.ndarray) and state[f"m.{i}"].shape == s for i, s in enumerate(SHAPES))
+    saved = state["m.0"].copy()
+    opt.step()
+    np.testing.assert_array_equal(state["m.0"], saved)
+
+
+def test_load_state_dict_rejects_a_mismatch():
+    state = optim.Adam(make_params()).state_dict()
+    other = optim.Adam(make_params(shapes=[(3, 5), (8,), (2, 3, 4)]))
+    with pytest.raises(ValueError, match=r"m\.1 must have shape \(8,\).*got \(7,\)"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="missing"):
+        optim.Adam(make_params()).load_state_dict({k: v for k, v in state.items() if k != "v.2"})
+    with pytest.raises(ValueError, match=r"unexpected \['m\.0'"):
+        optim.SGD(make_params(), lr=0.1).load_state_dict(state)
+
+
+# ------------------------------------------------------------------------------------------ bad inputs
+
+@pytest.mark.parametrize("build,name", [
+    (lambda ps: optim.Adam(ps, lr=0), "lr"),
+    (lambda ps: optim.Adam(ps, lr=-1e-3), "lr"),
+    (lambda ps: optim.Adam(ps, lr=float("nan")), "lr"),
+    (lambda ps: optim.SGD(ps, lr=0.0), "lr"),
+    (lambda ps: optim.Adam(ps, betas=(1.0, 0.98)), r"betas\[0\]"),
+    (lambda ps: optim.Adam(ps, betas=(0.9, -0.1)), r"betas\[1\]"),
+    (lambda ps: optim.Adam(ps, betas=(0.9,)), "betas"),
+    (lambda ps: optim.Adam(ps, eps=-1e-9), "eps"),
+    (lambda ps: optim.Adam(ps, weight_decay=-0.1), "weight_decay"),
+    (lambda ps: optim.SGD(ps, lr=0.1, momentum=1.0), "momentum"),
+    (lambda ps: optim.SGD(ps, lr=0.1, weight_decay=-1), "weight_decay"),
+    (lambda ps: optim.NoamSchedule(optim.Adam(ps), d_model=512, warmup=0), "warmup"),
+    (lambda ps: optim.NoamSchedule(optim.Adam(ps), d_model=0), "d_model"),
+    (lambda ps: optim.NoamSchedule(optim.Adam(ps), d_model=512, factor=0), "factor"),
+    (lambda ps: optim.NoamSchedule(optim.Adam(ps), d_model=512).lr_at(0), "k"),
+    (lambda ps: optim.clip_grad_norm(ps, max_norm=0), "max_norm"),
+    (lambda ps: optim.clip_grad_norm(ps, max_norm=-1.0), "max_norm"),
+    (lambda ps: optim.Adam([]), "params"),
+    (lambda ps: optim.Adam(ps + ps[:1]), "params"),
+    (lambda ps: optim.Adam(ps[0]), "params"),
+    (lambda ps: optim.clip_grad_norm([], 1.0), "parameters"),
+])
+def test_bad_arguments_raise_naming_them(build, name):
+    with pytest.raises(ValueError, match=rf"{name} must|{name} lists") as info:
+        build(make_params())
+    assert "got" in str(info.value) or "more than once" in str(info.value)
+
+
+def test_non_parameter_is_a_type_error():
+    with pytest.raises(TypeError, match=r"params\[1\] must be a Parameter"):
+        optim.SGD([make_params()[0], np.zeros(3)], lr=0.1)
+
+
+# ------------------------------------------------------------------------------------------ CuPy
+
+def test_cupy_adam_and_clip_match_numpy():
+    cupy = pytest.importorskip("cupy")
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        pytest.skip("CuPy is installed but no CUDA device is available")
+    grads = random_grads(np.random.default_rng(6))
+    params = make_params()
+    set_grads(params, grads)
+    norm = optim.clip_grad_norm(params, 1.0)
+    optim.Adam(params, lr=1e-2).step()
+    mt.set_backend("cupy")
+    try:
+        gparams = make_params()
+        set_grads(gparams, [cupy.asarray(g) for g in grads])
+        assert optim.clip_grad_norm(gparams, 1.0) == pytest.approx(norm, rel=1e-12)
+        opt = optim.Adam(gparams, lr=1e-2)
+        opt.step()
+        for p, q in zip(params, gparams):
+            np.testing.assert_allclose(cupy.asnumpy(q.data), p.data, atol=1e-12)
+        assert isinstance(opt.state_dict()["m.0"], np.ndarray)
+    finally:
+        mt.set_backend("numpy")
