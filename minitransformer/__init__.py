@@ -21,3 +21,12 @@ __version__ = "0.1.0"
 from . import gradcheck, layers, masks  # noqa: E402
 from . import optim  # noqa: E402
 from .loss import CrossEntropyLoss  # noqa: E402
+
+
+def __getattr__(name):
+    # ``mt.viz`` is imported on first use: matplotlib is slow to import and the training step never needs it.
+    if name == "viz":
+        import importlib
+
+        return importlib.import_module(".viz", __name__)
+    raise AttributeError(f"module 'minitransformer' has no attribute {name!r}")
