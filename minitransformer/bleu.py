@@ -1,0 +1,199 @@
+"""Corpus BLEU (Papineni et al. 2002), computed the way sacrebleu's default ``corpus_bleu`` computes it.
+
+    BLEU = BP * exp( (1/4) * sum_{n=1..4} log p_n )          (reported x 100)
+
+- p_n, the modified n-gram precision over the whole corpus: for every hypothesis, each n-gram counts as
+  correct at most as often as it occurs in one reference (the max over its references); p_n is the total
+  correct over the total number of hypothesis n-grams.
+- BP, the brevity penalty: with c the total hypothesis length and r the total of, per sentence, the
+  reference length closest to the hypothesis length (ties: the shorter), BP = 1 if c >= r else exp(1 - r/c).
+- Smoothing "exp" (as in mteval-v13a and sacrebleu's default): if an order n has no correct n-gram,
+  its precision becomes 1 / (2^k * total_n), k counting such orders 1, 2, ... . If nothing matches at all,
+  or some order has no n-gram at all (every hypothesis shorter than n), BLEU is 0.
+- Tokenisation "13a" (mteval-v13a): punctuation split off words, periods and commas too unless they sit next
+  to a digit; ``lowercase=True`` lowercases hypotheses and references first.
+
+The sufficient statistics (``BleuStats``) add up over sentences, so ``corpus_stats`` / ``bleu_from_stats``
+show every number that goes into the score (notebooks print them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+MAX_ORDER = 4
+
+# The 13a tokeniser, rule by rule (applied in this order, each with re.sub over the whole line).
+_13A_RULES = [
+    # split off ASCII punctuation other than . , ' - (those get their own rules or none)
+    (re.compile("([" + re.escape("{|}~[\\]^_`!\"#$%&()*+:;<=>?@/") + "])"), r" \1 "),
+    # a period or comma after a non-digit
+    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),
+    # a period or comma before a non-digit
+    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),
+    # a dash after a digit
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
+]
+
+
+def tokenize_13a(line: str) -> list[str]:
+    """mteval-v13a tokenisation: "Hello, world!" -> ["Hello", ",", "world", "!"]  ("3.5" stays one token)."""
+    line = line.replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    if "&" in line:
+        line = line.replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+    line = f" {line} "
+    for pattern, replacement in _13A_RULES:
+        line = pattern.sub(replacement, line)
+    return line.split()
+
+
+def count_ngrams(tokens: list[str], max_order: int = MAX_ORDER) -> Counter:
+    """Every n-gram (tuple of tokens) for n = 1..max_order, with its count."""
+    return Counter(tuple(tokens[i: i + n]) for n in range(1, max_order + 1) for i in range(len(tokens) - n + 1))
+
+
+@dataclass
+class BleuStats:
+    """What BLEU needs, summed over sentences: hypothesis and (closest) reference lengths, and per order n
+    the correct (clipped) and total hypothesis n-grams."""
+
+    hyp_len: int = 0
+    ref_len: int = 0
+    correct: list = field(default_factory=lambda: [0] * MAX_ORDER)
+    total: list = field(default_factory=lambda: [0] * MAX_ORDER)
+
+    def __add__(self, other: BleuStats) -> BleuStats:
+        return BleuStats(self.hyp_len + other.hyp_len, self.ref_len + other.ref_len,
+                         [a + b for a, b in zip(self.correct, other.correct)],
+                         [a + b for a, b in zip(self.total, other.total)])
+
+
+@dataclass
+class BleuScore:
+    """A BLEU score and how it came about: precisions p_n (in %), brevity penalty, lengths."""
+
+    score: float
+    precisions: list
+    bp: float
+    hyp_len: int
+    ref_len: int
+    correct: list
+    total: list
+
+    @property
+    def ratio(self) -> float:
+        return self.hyp_len / self.ref_len if self.ref_len else 0.0
+
+    def __str__(self) -> str:
+        p = "/".join(f"{x:.1f}" for x in self.precisions)
+        return (f"BLEU = {self.score:.2f} {p} (BP = {self.bp:.3f} ratio = {self.ratio:.3f} "
+                f"hyp_len = {self.hyp_len} ref_len = {self.ref_len})")
+
+
+def _preprocess(line: str, lowercase: bool) -> list[str]:
+    if lowercase:
+        line = line.lower()
+    return tokenize_13a(line.rstrip())
+
+
+def sentence_stats(hypothesis: str, references: list, lowercase: bool = False) -> BleuStats:
+    """The BleuStats of one hypothesis against its references (a list of str; None entries are skipped)."""
+    hyp = _preprocess(hypothesis, lowercase)
+    hyp_ngrams = count_ngrams(hyp)
+    ref_max: Counter = Counter()                # each n-gram's largest count in any one reference
+    ref_lens = []
+    for ref in references:
+        if ref is None:
+            continue
+        tokens = _preprocess(ref, lowercase)
+        ref_lens.append(len(tokens))
+        for ngram, c in count_ngrams(tokens).items():
+            ref_max[ngram] = max(ref_max[ngram], c)
+    # the reference length closest to the hypothesis length; on a tie, the shorter one
+    ref_len = min(ref_lens, key=lambda r: (abs(len(hyp) - r), r)) if ref_lens else 0
+    correct, total = [0] * MAX_ORDER, [0] * MAX_ORDER
+    for ngram, c in hyp_ngrams.items():
+        n = len(ngram) - 1
+        total[n] += c
+        correct[n] += min(c, ref_max[ngram])       # clipping: no credit beyond the reference count
+    return BleuStats(len(hyp), ref_len, correct, total)
+
+
+def _reference_streams(references, n: int) -> list:
+    """references as a list of streams, each a list of n str (or None)."""
+    if isinstance(references, str) or not hasattr(references, "__len__"):
+        raise TypeError(f"corpus_bleu: references must be a list of str or a list of lists of str, "
+                        f"got {type(references).__name__}")
+    if len(references) > 0 and all(isinstance(r, str) for r in references):
+        streams = [list(references)]                # one reference per hypothesis
+    elif len(references) > 0 and all(isinstance(r, (list, tuple)) for r in references):
+        streams = [list(s) for s in references]     # several reference streams
+    else:
+        raise TypeError("corpus_bleu: references must be a non-empty list of str (one per hypothesis) or a list of "
+                        "reference streams (lists of str), got "
+                        f"{[type(r).__name__ for r in list(references)[:3]]}...")
+    for k, stream in enumerate(streams):
+        if len(stream) != n:
+            what = "references" if len(streams) == 1 else f"references[{k}]"
+            raise ValueError(f"corpus_bleu: {what} has {len(stream)} sentences but hypotheses has {n}")
+        for i, ref in enumerate(stream):
+            if ref is not None and not isinstance(ref, str):
+                raise TypeError(f"corpus_bleu: reference {i} of stream {k} must be a str, got {type(ref).__name__}")
+    return streams
+
+
+def corpus_stats(hypotheses, references, lowercase: bool = False) -> BleuStats:
+    """BleuStats summed over a corpus. Arguments as in ``corpus_bleu``."""
+    if isinstance(hypotheses, str) or not hasattr(hypotheses, "__len__"):
+        raise TypeError(f"corpus_bleu: hypotheses must be a list of str, got {type(hypotheses).__name__}")
+    if len(hypotheses) == 0:
+        raise ValueError("corpus_bleu: hypotheses must not be empty")
+    for i, hyp in enumerate(hypotheses):
+        if not isinstance(hyp, str):
+            raise TypeError(f"corpus_bleu: hypotheses[{i}] must be a str, got {type(hyp).__name__}")
+    streams = _reference_streams(references, len(hypotheses))
+    stats = BleuStats()
+    for i, hyp in enumerate(hypotheses):
+        stats = stats + sentence_stats(hyp, [stream[i] for stream in streams], lowercase)
+    return stats
+
+
+def bleu_from_stats(stats: BleuStats) -> BleuScore:
+    """BLEU from the summed statistics, with sacrebleu's default "exp" smoothing."""
+    c, r = stats.hyp_len, stats.ref_len
+    bp = 1.0 if c >= r else (math.exp(1 - r / c) if c > 0 else 0.0)
+    precisions = [0.0] * MAX_ORDER
+    if not any(stats.correct):
+        return BleuScore(0.0, precisions, bp, c, r, list(stats.correct), list(stats.total))
+    halvings = 1.0
+    for n in range(MAX_ORDER):
+        if stats.total[n] == 0:
+            break                                   # no n-grams of this order at all: p_n stays 0, BLEU is 0
+        if stats.correct[n] == 0:
+            halvings *= 2                           # exp smoothing: 1/2, 1/4, ... of one correct n-gram
+            precisions[n] = 100.0 / (halvings * stats.total[n])
+        else:
+            precisions[n] = 100.0 * stats.correct[n] / stats.total[n]
+    if min(precisions) == 0.0:
+        score = 0.0
+    else:
+        score = bp * math.exp(sum(math.log(p) for p in precisions) / MAX_ORDER)
+    return BleuScore(score, precisions, bp, c, r, list(stats.correct), list(stats.total))
+
+
+def corpus_bleu_score(hypotheses, references, lowercase: bool = False) -> BleuScore:
+    """Like ``corpus_bleu``, returning the BleuScore with precisions, brevity penalty and lengths."""
+    return bleu_from_stats(corpus_stats(hypotheses, references, lowercase))
+
+
+def corpus_bleu(hypotheses, references, lowercase: bool = False) -> float:
+    """Corpus BLEU in [0, 100], equal to ``sacrebleu.corpus_bleu(hypotheses, streams, lowercase=...).score``.
+
+    hypotheses: list of str (detokenised system output, one per sentence).
+    references: list of str, one per hypothesis; or a list of reference streams (list of lists of str, each as
+    long as hypotheses), as sacrebleu takes them. lowercase: case-insensitive BLEU.
+    """
+    return corpus_bleu_score(hypotheses, references, lowercase).score

@@ -1,0 +1,162 @@
+"""Parallel corpora: the bundled toy corpus and Multi30k.
+
+Each loader returns a list of (source sentence, target sentence) pairs of str.
+
+- ``load_toy(split)``: data/toy/{train,valid,test}.{en,de} of this repository, English -> German by default.
+  Without the files (an installed package has no data/ folder) the same corpus is generated in memory
+  by ``toy_grammar`` -- the files are that generator's output.
+- ``load_multi30k(directory, split)``: the Multi30k task-1 raw files (Elliott et al. 2016), German -> English
+  by default: ``train``, ``val``, ``test_2016_flickr``, each ``.en`` and ``.de``, gzipped or plain.
+  ``download_multi30k(directory)`` fetches them from the dataset's GitHub repository.
+
+Where Multi30k is looked for (``multi30k_dir()``): the environment variable MINITRANSFORMER_MULTI30K,
+then ``../shared/data/multi30k`` next to the repository, then ``~/.cache/minitransformer/multi30k``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from . import toy_grammar
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOY_DIR = REPO_ROOT / "data" / "toy"
+TOY_SPLITS = toy_grammar.SPLITS
+
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
+MULTI30K_ALIASES = {"valid": "val", "test": "test_2016_flickr"}   # so "--split test" means the same for every task
+MULTI30K_LANGS = ("en", "de")
+MULTI30K_ENV = "MINITRANSFORMER_MULTI30K"
+MULTI30K_CACHE = Path("~/.cache/minitransformer/multi30k")
+
+
+def _read_lines(path: Path) -> list[str]:
+    """Lines of a UTF-8 text file, gzipped when the name ends in .gz, without surrounding whitespace."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.strip() for line in f]
+
+
+def _pairs(src_lines: list[str], tgt_lines: list[str], src_path, tgt_path) -> list[tuple[str, str]]:
+    if len(src_lines) != len(tgt_lines):
+        raise ValueError(f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
+                         "a parallel corpus needs one line per sentence on both sides")
+    return list(zip(src_lines, tgt_lines))
+
+
+def _check_langs(src_lang: str, tgt_lang: str, where: str) -> None:
+    if src_lang not in MULTI30K_LANGS or tgt_lang not in MULTI30K_LANGS or src_lang == tgt_lang:
+        raise ValueError(f"{where}: src_lang and tgt_lang must be 'en' and 'de' in either order, "
+                         f"got {src_lang!r} -> {tgt_lang!r}")
+
+
+# ----------------------------------------------------------------------------- toy corpus
+
+
+def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
+             directory=None) -> list[tuple[str, str]]:
+    """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs, English -> German by default.
+
+    directory: where {split}.en / {split}.de are (default data/toy of the repository). When the files are
+    missing the corpus is generated in memory (the same sentences the files hold).
+    """
+    if split not in TOY_SPLITS:
+        raise ValueError(f"load_toy: split must be one of {TOY_SPLITS}, got {split!r}")
+    _check_langs(src_lang, tgt_lang, "load_toy")
+    directory = TOY_DIR if directory is None else Path(directory)
+    src_path, tgt_path = directory / f"{split}.{src_lang}", directory / f"{split}.{tgt_lang}"
+    if src_path.is_file() and tgt_path.is_file():
+        return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
+    pairs = toy_grammar.generate_corpus()[split]                       # (en, de)
+    return pairs if src_lang == "en" else [(de, en) for en, de in pairs]
+
+
+# ----------------------------------------------------------------------------- Multi30k
+
+
+def multi30k_dir() -> Path:
+    """Where Multi30k is: $MINITRANSFORMER_MULTI30K if set, else ../shared/data/multi30k beside the repository
+    if it exists, else ~/.cache/minitransformer/multi30k (where ``download_multi30k`` puts it by default)."""
+    env = os.environ.get(MULTI30K_ENV)
+    if env:
+        return Path(env).expanduser()
+    shared = REPO_ROOT.parent / "shared" / "data" / "multi30k"
+    if shared.is_dir():
+        return shared
+    return MULTI30K_CACHE.expanduser()
+
+
+def _multi30k_split(split: str, where: str) -> str:
+    split = MULTI30K_ALIASES.get(split, split)
+    if split not in MULTI30K_SPLITS:
+        raise ValueError(f"{where}: split must be one of {MULTI30K_SPLITS} (or {tuple(MULTI30K_ALIASES)}), got {split!r}")
+    return split
+
+
+def _find_file(directory: Path, split: str, lang: str) -> Path:
+    for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
+        if (directory / name).is_file():
+            return directory / name
+    raise FileNotFoundError(
+        f"Multi30k file {directory / f'{split}.{lang}'} (or .gz) not found. Put the task-1 raw files there, "
+        f"set {MULTI30K_ENV}, or fetch them with minitransformer.datasets.download_multi30k({str(directory)!r})")
+
+
+def load_multi30k(directory=None, split: str = "train", src_lang: str = "de",
+                  tgt_lang: str = "en") -> list[tuple[str, str]]:
+    """Multi30k task 1 as (source, target) pairs, German -> English by default.
+
+    split: "train" (29000 pairs), "val" (1014) or "test_2016_flickr" (1000); "valid" and "test" are aliases.
+    directory: holding {split}.{en,de} or {split}.{en,de}.gz (default: ``multi30k_dir()``).
+    """
+    split = _multi30k_split(split, "load_multi30k")
+    _check_langs(src_lang, tgt_lang, "load_multi30k")
+    directory = multi30k_dir() if directory is None else Path(directory).expanduser()
+    src_path, tgt_path = _find_file(directory, split, src_lang), _find_file(directory, split, tgt_lang)
+    return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
+
+
+def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LANGS,
+                      base_url: str = MULTI30K_URL, overwrite: bool = False, opener=None) -> Path:
+    """Fetch the task-1 raw files ({split}.{lang}.gz) into directory; files already there are kept.
+
+    Each file is written to a temporary name, checked to be readable gzip, then renamed, so an interrupted
+    download never leaves a half file behind. base_url may be a file:// URL (tests use a local copy);
+    opener(url) -> a file-like object replaces urllib.request.urlopen. -> the directory.
+    """
+    directory = (multi30k_dir() if directory is None else Path(directory)).expanduser()
+    opener = urllib.request.urlopen if opener is None else opener
+    base_url = base_url if base_url.endswith("/") else base_url + "/"
+    directory.mkdir(parents=True, exist_ok=True)
+    for split in splits:
+        split = _multi30k_split(split, "download_multi30k")
+        for lang in langs:
+            if lang not in MULTI30K_LANGS:
+                raise ValueError(f"download_multi30k: langs must be among {MULTI30K_LANGS}, got {lang!r}")
+            target = directory / f"{split}.{lang}.gz"
+            if target.exists() and not overwrite:
+                continue
+            url = base_url + target.name
+            fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=directory)
+            try:
+                with os.fdopen(fd, "wb") as out, opener(url) as response:
+                    while True:
+                        chunk = response.read(1 << 16)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                with gzip.open(tmp, "rt", encoding="utf-8") as f:   # a truncated or HTML file fails here
+                    for _ in f:
+                        pass
+                os.replace(tmp, target)
+            except BaseException as err:
+                Path(tmp).unlink(missing_ok=True)
+                if isinstance(err, (OSError, EOFError, UnicodeDecodeError)):
+                    raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
+                raise
+    return directory

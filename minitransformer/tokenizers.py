@@ -1,0 +1,427 @@
+"""Tokenisers: text <-> lists of token ids.
+
+Two tokenisers share one vocabulary class and the four special tokens every model here relies on:
+
+    <pad> = 0   padding (the loss and the attention masks ignore it)
+    <bos> = 1   first token of the decoder input
+    <eos> = 2   last token of the target; decoding stops there
+    <unk> = 3   anything the vocabulary does not know
+
+- ``WordTokenizer``: one id per word or punctuation mark. Good for the toy corpus, whose tokens are
+  already separated by spaces, and for reading what a model does.
+- ``BPETokenizer``: byte-pair encoding (Sennrich, Haddow and Birch 2016), the subword scheme the paper uses
+  with one vocabulary shared by source and target. It starts from single characters and learns, one merge at
+  a time, to glue the most frequent adjacent pair of symbols into a new symbol.
+
+Both turn a text into "pieces" the same way: split at whitespace into words, then split each word into runs
+of letters/digits and single punctuation marks ("dog." -> "dog", "."). BPE marks the last piece of a
+whitespace word with ``</w>``, the end-of-word marker, so decoding knows where the spaces were:
+
+    "the dog."  ->  the</w> | dog | .</w>        (BPE merges never cross a piece boundary)
+
+Vocabularies travel with checkpoints as JSON: ``to_dict`` / ``from_dict``, ``to_json`` / ``from_json``,
+``save(path)`` / ``load_tokenizer(path)``; ``tokenizer_from_dict`` / ``tokenizer_from_json`` pick the class.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+END_OF_WORD = "</w>"
+
+# A run of letters/digits/underscore, or one character that is neither a letter/digit nor a space.
+_PIECE_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def _check_text(text, where: str) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"{where}: text must be a str, got {type(text).__name__}")
+    return text
+
+
+def _check_texts(texts, where: str) -> list:
+    if isinstance(texts, str) or not hasattr(texts, "__iter__"):
+        raise TypeError(f"{where}: texts must be an iterable of str (a list of sentences), got {type(texts).__name__}")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{where}: texts[{i}] must be a str, got {type(text).__name__}")
+    return texts
+
+
+def split_pieces(text: str) -> list[tuple[str, bool]]:
+    """Pre-tokenise: [(piece, ends_word)], pieces in order, ends_word True when a space (or the end) follows.
+
+    "the dog." -> [("the", True), ("dog", False), (".", True)]
+    """
+    out = []
+    for word in text.split():
+        pieces = _PIECE_RE.findall(word)
+        out.extend((piece, i == len(pieces) - 1) for i, piece in enumerate(pieces))
+    return out
+
+
+class Vocab:
+    """A two-way map between tokens (str) and ids (int); ids 0-3 are always the special tokens.
+
+    ``vocab[token]`` -> id (``<unk>``'s id for an unknown token); ``vocab.itos[id]`` -> token.
+    """
+
+    def __init__(self, tokens=()):
+        self.itos: list[str] = list(SPECIAL_TOKENS)
+        self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
+        for token in tokens:
+            self.add(token)
+
+    @classmethod
+    def build(cls, counts, min_freq: int = 1, max_size: int | None = None) -> Vocab:
+        """Vocabulary of the tokens counted at least ``min_freq`` times, most frequent first (ties: alphabetical).
+
+        counts: a Counter (or any mapping token -> count). max_size: the largest vocabulary, specials included.
+        """
+        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
+            raise ValueError(f"Vocab.build: min_freq must be an int >= 1, got {min_freq!r}")
+        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)
+                                     or max_size < len(SPECIAL_TOKENS)):
+            raise ValueError(f"Vocab.build: max_size must be None or an int >= {len(SPECIAL_TOKENS)}, got {max_size!r}")
+        ranked = sorted((t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS),
+                        key=lambda t: (-counts[t], t))
+        if max_size is not None:
+            ranked = ranked[: max_size - len(SPECIAL_TOKENS)]
+        return cls(ranked)
+
+    def add(self, token: str) -> int:
+        """Add a token (if new) and return its id."""
+        if token not in self.stoi:
+            self.stoi[token] = len(self.itos)
+            self.itos.append(token)
+        return self.stoi[token]
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, token) -> bool:
+        return token in self.stoi
+
+    def __getitem__(self, token: str) -> int:
+        return self.stoi.get(token, UNK)
+
+    def lookup_token(self, idx: int) -> str:
+        return self.itos[idx]
+
+
+def _check_ids(ids, vocab_size: int, where: str) -> list[int]:
+    """ids as a list of Python ints, each in [0, vocab_size)."""
+    if isinstance(ids, numpy.ndarray):
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise ValueError(f"{where}: ids must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
+        ids = ids.tolist()
+    elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"{where}: ids must be a list of int, got {type(ids).__name__}")
+    out = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
+            raise TypeError(f"{where}: ids must be ints, got {type(i).__name__}")
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"{where}: id {int(i)} is outside the vocabulary [0, {vocab_size})")
+        out.append(int(i))
+    return out
+
+
+class _Tokenizer:
+    """What both tokenisers share: the special ids, the size, and JSON round trips."""
+
+    pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
+    vocab: Vocab
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def _ids_to_tokens(self, ids, skip_special: bool, where: str) -> list[str]:
+        """Tokens for ids: stops at the first <eos>, drops <pad> and <bos> (when skip_special)."""
+        tokens = []
+        for i in _check_ids(ids, len(self.vocab), where):
+            if skip_special and i == EOS:
+                break
+            if skip_special and i in (PAD, BOS):
+                continue
+            tokens.append(self.vocab.itos[i])
+        return tokens
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls.from_dict(json.loads(text))
+
+    def save(self, path) -> Path:
+        """Write the vocabulary (and merges) as UTF-8 JSON."""
+        path = Path(path)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path):
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+    def to_dict(self) -> dict:  # pragma: no cover - each tokeniser defines it
+        raise NotImplementedError
+
+
+class WordTokenizer(_Tokenizer):
+    """One id per word or punctuation mark; unknown words become <unk>.
+
+    tokenize("The dog, too.") -> ["The", "dog", ",", "too", "."]   (["the", ...] with lowercase=True)
+    decode joins the tokens with single spaces: exact on text written that way (the toy corpus).
+    """
+
+    def __init__(self, vocab: Vocab | None = None, lowercase: bool = False):
+        self.vocab = Vocab() if vocab is None else vocab
+        self.lowercase = bool(lowercase)
+
+    @classmethod
+    def build(cls, texts, min_freq: int = 1, max_size: int | None = None, lowercase: bool = False) -> WordTokenizer:
+        """Learn a vocabulary from texts (list of str): words seen >= min_freq times, at most max_size ids."""
+        texts = _check_texts(texts, "WordTokenizer.build")
+        tokenizer = cls(lowercase=lowercase)
+        counts = Counter(token for text in texts for token in tokenizer.tokenize(text))
+        tokenizer.vocab = Vocab.build(counts, min_freq=min_freq, max_size=max_size)
+        return tokenizer
+
+    def tokenize(self, text: str) -> list[str]:
+        text = _check_text(text, "WordTokenizer.tokenize")
+        return [piece for piece, _ in split_pieces(text.lower() if self.lowercase else text)]
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        _check_text(text, "WordTokenizer.encode")
+        ids = [self.vocab[token] for token in self.tokenize(text)]
+        return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return " ".join(self._ids_to_tokens(ids, skip_special, "WordTokenizer.decode"))
+
+    def to_dict(self) -> dict:
+        return {"type": "word", "lowercase": self.lowercase, "tokens": list(self.vocab.itos)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WordTokenizer:
+        _check_dict(data, "word", "WordTokenizer.from_dict")
+        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), lowercase=data.get("lowercase", False))
+
+
+class BPETokenizer(_Tokenizer):
+    """Byte-pair encoding with an end-of-word marker; one vocabulary for source and target, as in the paper.
+
+    Learning (``learn``): every piece starts as its characters, the last one marked ``</w>`` when the piece
+    ends a word ("dog" at the end of a word: d o g</w>). Repeatedly count adjacent symbol pairs over the
+    corpus (weighted by how often each piece occurs), merge the most frequent pair everywhere (ties: the
+    alphabetically first pair), and record the merge. The vocabulary is the specials, every character seen
+    (plain and with </w>), then one new symbol per merge.
+
+    Encoding applies the recorded merges to a piece in the order they were learned (always the lowest-ranked
+    pair present first), which reproduces the training segmentation. Pieces are cached, so a corpus costs
+    one BPE run per distinct word.
+
+    Decoding concatenates the symbols and turns each ``</w>`` back into a space, so
+    ``decode(encode(text)) == " ".join(text.split())`` whenever every character of text was seen in training.
+    """
+
+    def __init__(self, vocab: Vocab | None = None, merges=(), lowercase: bool = False):
+        self.vocab = Vocab() if vocab is None else vocab
+        self.lowercase = bool(lowercase)
+        self.merges: list[tuple[str, str]] = [tuple(m) for m in merges]
+        self.ranks: dict[tuple[str, str], int] = {pair: r for r, pair in enumerate(self.merges)}
+        self._cache: dict[tuple[str, bool], tuple[int, ...]] = {}
+
+    # ------------------------------------------------------------------ learning
+
+    @classmethod
+    def learn(cls, texts, vocab_size: int | None = None, num_merges: int | None = None,
+              min_frequency: int = 2, lowercase: bool = False) -> BPETokenizer:
+        """Learn merges from texts (list of str; for a shared vocabulary pass source and target texts together).
+
+        Give exactly one of vocab_size (the final vocabulary size, specials included) or num_merges.
+        Learning stops early when no pair occurs at least min_frequency times.
+        lowercase: lowercase every text before learning and encoding (decode then gives lowercase text).
+        """
+        texts = _check_texts(texts, "BPETokenizer.learn")
+        if (vocab_size is None) == (num_merges is None):
+            raise ValueError("BPETokenizer.learn: give exactly one of vocab_size or num_merges, "
+                             f"got vocab_size={vocab_size!r}, num_merges={num_merges!r}")
+        for name, value in (("vocab_size", vocab_size), ("num_merges", num_merges)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"BPETokenizer.learn: {name} must be a non-negative int, got {value!r}")
+        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+            raise ValueError(f"BPETokenizer.learn: min_frequency must be an int >= 1, got {min_frequency!r}")
+
+        # Distinct pieces and their counts; each piece as a list of symbols.
+        piece_counts = Counter(p for text in texts for p in split_pieces(text.lower() if lowercase else text))
+        words = [_initial_symbols(piece, ends_word) for piece, ends_word in piece_counts]
+        freqs = list(piece_counts.values())
+
+        # The alphabet: every character seen, plain and with </w>, so any word of known characters can be encoded.
+        chars = sorted({ch for piece, _ in piece_counts for ch in piece})
+        vocab = Vocab([c for ch in chars for c in (ch, ch + END_OF_WORD)])
+        if vocab_size is not None and vocab_size < len(vocab):
+            raise ValueError(f"BPETokenizer.learn: vocab_size={vocab_size} is smaller than the specials plus the "
+                             f"alphabet ({len(vocab)} symbols); ask for at least {len(vocab)}")
+
+        # pair -> total count, pair -> indices of the words that contain it, and a max-heap of (-count, pair).
+        pair_counts: Counter = Counter()
+        where: dict[tuple[str, str], set[int]] = {}
+        for w, symbols in enumerate(words):
+            for pair in itertools.pairwise(symbols):
+                pair_counts[pair] += freqs[w]
+                where.setdefault(pair, set()).add(w)
+        heap = [(-c, pair) for pair, c in pair_counts.items()]
+        heapq.heapify(heap)
+
+        merges = []
+        while heap:
+            if num_merges is not None and len(merges) >= num_merges:
+                break
+            if vocab_size is not None and len(vocab) >= vocab_size:
+                break
+            neg_count, pair = heapq.heappop(heap)
+            if pair_counts.get(pair, 0) != -neg_count:
+                continue                                  # stale entry: the count changed after it was pushed
+            if -neg_count < min_frequency:
+                break
+            merges.append(pair)
+            vocab.add(pair[0] + pair[1])
+            changed = set()
+            for w in where.pop(pair):
+                old = words[w]
+                new = _merge_pair(old, pair)
+                if new is old:
+                    continue
+                for p in itertools.pairwise(old):               # take the word's old pairs out ...
+                    pair_counts[p] -= freqs[w]
+                    changed.add(p)
+                for p in itertools.pairwise(new):               # ... and put its new pairs in
+                    pair_counts[p] += freqs[w]
+                    where.setdefault(p, set()).add(w)
+                    changed.add(p)
+                words[w] = new
+            for p in changed:
+                c = pair_counts[p]
+                if c > 0:
+                    heapq.heappush(heap, (-c, p))
+                else:
+                    del pair_counts[p]
+        return cls(vocab, merges, lowercase=lowercase)
+
+    # ------------------------------------------------------------------ encoding and decoding
+
+    def tokenize(self, text: str) -> list[str]:
+        """The subword symbols of text: "the dog." -> ["the</w>", "dog", ".</w>"] (given the merges)."""
+        _check_text(text, "BPETokenizer.tokenize")
+        return [self.vocab.itos[i] for i in self.encode(text)]
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        _check_text(text, "BPETokenizer.encode")
+        ids = [BOS] if add_bos else []
+        for piece in split_pieces(text.lower() if self.lowercase else text):
+            cached = self._cache.get(piece)
+            if cached is None:
+                symbols = self._apply_merges(_initial_symbols(*piece))
+                cached = tuple(self.vocab[s] for s in symbols)
+                if len(self._cache) < 200_000:
+                    self._cache[piece] = cached
+            ids.extend(cached)
+        if add_eos:
+            ids.append(EOS)
+        return ids
+
+    def _apply_merges(self, symbols: list[str]) -> list[str]:
+        """Merge the lowest-ranked (earliest learned) adjacent pair, again and again, until none is known."""
+        while len(symbols) > 1:
+            pairs = set(itertools.pairwise(symbols))
+            best = min(pairs, key=lambda p: self.ranks.get(p, len(self.ranks)))
+            if best not in self.ranks:
+                break
+            symbols = _merge_pair(symbols, best)
+        return symbols
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        out = []
+        for token in self._ids_to_tokens(ids, skip_special, "BPETokenizer.decode"):
+            if token.endswith(END_OF_WORD):
+                out.append(token[: -len(END_OF_WORD)] + " ")
+            else:
+                out.append(token)
+        text = "".join(out)
+        return text.removesuffix(" ")              # the space of the last </w>
+
+    def to_dict(self) -> dict:
+        return {"type": "bpe", "lowercase": self.lowercase, "tokens": list(self.vocab.itos),
+                "merges": [list(m) for m in self.merges]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BPETokenizer:
+        _check_dict(data, "bpe", "BPETokenizer.from_dict")
+        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), [tuple(m) for m in data.get("merges", [])],
+                   lowercase=data.get("lowercase", False))
+
+
+def _initial_symbols(piece: str, ends_word: bool) -> list[str]:
+    """'dog', True -> ['d', 'o', 'g</w>']"""
+    symbols = list(piece)
+    if ends_word:
+        symbols[-1] += END_OF_WORD
+    return symbols
+
+
+def _merge_pair(symbols: list[str], pair: tuple[str, str]) -> list[str]:
+    """Replace every non-overlapping occurrence of pair (left to right) by the joined symbol.
+    Returns the same list object when pair does not occur."""
+    a, b = pair
+    out, i, n = [], 0, len(symbols)
+    while i < n:
+        if i < n - 1 and symbols[i] == a and symbols[i + 1] == b:
+            out.append(a + b)
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out if len(out) != n else symbols
+
+
+def _check_dict(data, kind: str, where: str) -> None:
+    if not isinstance(data, dict) or data.get("type") != kind or "tokens" not in data:
+        raise ValueError(f"{where}: expected a dict with type={kind!r} and tokens, got "
+                         f"{type(data).__name__} with type={data.get('type') if isinstance(data, dict) else None!r}")
+    if list(data["tokens"][: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
+        raise ValueError(f"{where}: tokens must start with {SPECIAL_TOKENS}, got {data['tokens'][:4]!r}")
+
+
+def tokenizer_from_dict(data: dict):
+    """A WordTokenizer or BPETokenizer from what its ``to_dict`` returned (checkpoints store that)."""
+    kinds = {"word": WordTokenizer, "bpe": BPETokenizer}
+    if not isinstance(data, dict) or data.get("type") not in kinds:
+        raise ValueError(f"tokenizer_from_dict: data must be a dict with type in {sorted(kinds)}, got {data!r:.80}")
+    return kinds[data["type"]].from_dict(data)
+
+
+def tokenizer_from_json(text: str):
+    """A WordTokenizer or BPETokenizer from what its ``to_json`` returned."""
+    return tokenizer_from_dict(json.loads(text))
+
+
+def load_tokenizer(path):
+    """Read a tokeniser saved with ``save(path)``, whichever kind it is."""
+    return tokenizer_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -1,0 +1,333 @@
+"""A toy English -> German grammar that writes the bundled parallel corpus (data/toy/).
+
+Why a toy language: a student can train on it in minutes on a laptop, and it still needs
+attention, because German does not keep the English word order and marks what English leaves out:
+
+- gender and case on the article:  "the dog sees the cat"   -> "der hund sieht die katze"
+                                   "the cat sees the dog"   -> "die katze sieht den hund"   (accusative)
+                                   "the cat helps the dog"  -> "die katze hilft dem hund"   (dative verb)
+- adjective agreement:             "a big dog" -> "ein großer hund",  "the big dog" -> "der große hund",
+                                   "with the big dog" -> "mit dem großen hund"
+- verb second after a fronted adverb:  "today the dog sees the cat" -> "heute sieht der hund die katze"
+- the verb bracket of the perfect:     "the dog has seen the cat"   -> "der hund hat die katze gesehen"
+- verb-final subordinate clauses:      "... because the dog sees the cat" -> "... , weil der hund die katze sieht"
+- plural (and its dative -n), "in dem" -> "im", "a" / "an".
+
+Everything is lowercase and every punctuation mark is its own space-separated token on both sides, so
+a word tokeniser and BLEU's 13a tokenisation see the same tokens.
+
+Determinism: the only source of randomness is ``random.Random(seed).random()``, whose sequence Python
+guarantees across versions, so the same seed writes the same corpus everywhere. Sentences are drawn until
+there are enough distinct pairs; the first ``SPLIT_SIZES["train"]`` go to train, the next to valid and test,
+so no sentence (English or German) appears in two splits.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import namedtuple
+from pathlib import Path
+
+DEFAULT_SEED = 0
+SPLITS = ("train", "valid", "test")
+SPLIT_SIZES = {"train": 6000, "valid": 500, "test": 500}
+MIN_TOKENS, MAX_TOKENS = 5, 20          # sentence length in tokens, both sides, punctuation included
+
+# ----------------------------------------------------------------------------- the lexicon
+
+# en, en_pl: English singular and plural. de, de_pl: German singular and plural; de_dat_pl the dative plural
+# (plural + "n" unless it already ends in -n or -s). gender: "m" | "f" | "n". kind: what the noun can do.
+Noun = namedtuple("Noun", "en en_pl de de_pl de_dat_pl gender kind")
+
+NOUNS = [
+    Noun("man", "men", "mann", "männer", "männern", "m", "person"),
+    Noun("father", "fathers", "vater", "väter", "vätern", "m", "person"),
+    Noun("teacher", "teachers", "lehrer", "lehrer", "lehrern", "m", "person"),
+    Noun("woman", "women", "frau", "frauen", "frauen", "f", "person"),
+    Noun("mother", "mothers", "mutter", "mütter", "müttern", "f", "person"),
+    Noun("child", "children", "kind", "kinder", "kindern", "n", "person"),
+    Noun("girl", "girls", "mädchen", "mädchen", "mädchen", "n", "person"),
+    Noun("dog", "dogs", "hund", "hunde", "hunden", "m", "animal"),
+    Noun("bird", "birds", "vogel", "vögel", "vögeln", "m", "animal"),
+    Noun("cat", "cats", "katze", "katzen", "katzen", "f", "animal"),
+    Noun("mouse", "mice", "maus", "mäuse", "mäusen", "f", "animal"),
+    Noun("horse", "horses", "pferd", "pferde", "pferden", "n", "animal"),
+    Noun("ball", "balls", "ball", "bälle", "bällen", "m", "thing"),
+    Noun("key", "keys", "schlüssel", "schlüssel", "schlüsseln", "m", "thing"),
+    Noun("apple", "apples", "apfel", "äpfel", "äpfeln", "m", "thing"),
+    Noun("letter", "letters", "brief", "briefe", "briefen", "m", "thing"),
+    Noun("flower", "flowers", "blume", "blumen", "blumen", "f", "thing"),
+    Noun("lamp", "lamps", "lampe", "lampen", "lampen", "f", "thing"),
+    Noun("cup", "cups", "tasse", "tassen", "tassen", "f", "thing"),
+    Noun("book", "books", "buch", "bücher", "büchern", "n", "thing"),
+    Noun("picture", "pictures", "bild", "bilder", "bildern", "n", "thing"),
+    Noun("bread", "breads", "brot", "brote", "broten", "n", "thing"),
+    Noun("car", "cars", "auto", "autos", "autos", "n", "thing"),
+    Noun("garden", "gardens", "garten", "gärten", "gärten", "m", "place"),
+    Noun("park", "parks", "park", "parks", "parks", "m", "place"),
+    Noun("school", "schools", "schule", "schulen", "schulen", "f", "place"),
+    Noun("kitchen", "kitchens", "küche", "küchen", "küchen", "f", "place"),
+    Noun("house", "houses", "haus", "häuser", "häusern", "n", "place"),
+]
+
+# German adjectives: the stem takes the ending, the predicative form stands after "ist" (müde: stem "müd").
+Adjective = namedtuple("Adjective", "en stem predicative")
+
+ADJECTIVES = [
+    Adjective("big", "groß", "groß"),
+    Adjective("small", "klein", "klein"),
+    Adjective("old", "alt", "alt"),
+    Adjective("young", "jung", "jung"),
+    Adjective("new", "neu", "neu"),
+    Adjective("red", "rot", "rot"),
+    Adjective("black", "schwarz", "schwarz"),
+    Adjective("white", "weiß", "weiß"),
+    Adjective("beautiful", "schön", "schön"),
+    Adjective("fast", "schnell", "schnell"),
+    Adjective("hungry", "hungrig", "hungrig"),
+    Adjective("tired", "müd", "müde"),
+    Adjective("happy", "glücklich", "glücklich"),
+]
+ANIMATE_PREDICATES = ["big", "small", "old", "young", "fast", "hungry", "tired", "happy"]
+THING_PREDICATES = ["big", "small", "old", "new", "red", "black", "white", "beautiful"]
+_ADJ = {a.en: a for a in ADJECTIVES}
+
+# frame: "acc" (one accusative object), "dat" (one dative object), "dat_acc" (dative, then accusative).
+# aux: the perfect's auxiliary, "haben" or "sein". subj / obj: the noun kinds that fit.
+Verb = namedtuple("Verb", "en en_pl en_part de de_pl de_part aux frame subj obj")
+
+ANIMATE = ("person", "animal")
+ANY = ("person", "animal", "thing", "place")
+VERBS = [
+    Verb("sees", "see", "seen", "sieht", "sehen", "gesehen", "haben", "acc", ANIMATE, ANY),
+    Verb("finds", "find", "found", "findet", "finden", "gefunden", "haben", "acc", ANIMATE, ("person", "animal", "thing")),
+    Verb("likes", "like", "liked", "mag", "mögen", "gemocht", "haben", "acc", ANIMATE, ANY),
+    Verb("buys", "buy", "bought", "kauft", "kaufen", "gekauft", "haben", "acc", ("person",), ("thing",)),
+    Verb("carries", "carry", "carried", "trägt", "tragen", "getragen", "haben", "acc", ("person",), ("animal", "thing")),
+    Verb("holds", "hold", "held", "hält", "halten", "gehalten", "haben", "acc", ("person",), ("animal", "thing")),
+    Verb("washes", "wash", "washed", "wäscht", "waschen", "gewaschen", "haben", "acc", ("person",), ("animal", "thing")),
+    Verb("draws", "draw", "drawn", "zeichnet", "zeichnen", "gezeichnet", "haben", "acc", ("person",), ANY),
+    Verb("reads", "read", "read", "liest", "lesen", "gelesen", "haben", "acc", ("person",), ("thing",)),
+    Verb("visits", "visit", "visited", "besucht", "besuchen", "besucht", "haben", "acc", ("person",), ("person", "place")),
+    Verb("helps", "help", "helped", "hilft", "helfen", "geholfen", "haben", "dat", ANIMATE, ANIMATE),
+    Verb("follows", "follow", "followed", "folgt", "folgen", "gefolgt", "sein", "dat", ANIMATE, ANIMATE),
+    Verb("thanks", "thank", "thanked", "dankt", "danken", "gedankt", "haben", "dat", ("person",), ANIMATE),
+    Verb("gives", "give", "given", "gibt", "geben", "gegeben", "haben", "dat_acc", ("person",), ("thing",)),
+    Verb("shows", "show", "shown", "zeigt", "zeigen", "gezeigt", "haben", "dat_acc", ("person",), ("thing",)),
+    Verb("brings", "bring", "brought", "bringt", "bringen", "gebracht", "haben", "dat_acc", ("person",), ("thing",)),
+]
+AUX = {"haben": ("hat", "haben"), "sein": ("ist", "sind")}            # German 3rd person singular, plural
+REPORT_VERBS = [("says", "say", "sagt", "sagen"), ("knows", "know", "weiß", "wissen"),
+                ("thinks", "think", "denkt", "denken")]
+CONJUNCTIONS = [("because", "weil"), ("although", "obwohl"), ("while", "während")]
+# preposition: English, German, case it governs, noun kinds it takes.
+PREPOSITIONS = [("in", "in", "dat", ("place",)), ("near", "neben", "dat", ("place", "thing")),
+                ("behind", "hinter", "dat", ("place", "thing")), ("with", "mit", "dat", ANY[:3]),
+                ("for", "für", "acc", ANIMATE), ("without", "ohne", "acc", ANY[:3])]
+TIME_PRESENT = [("today", "heute"), ("now", "jetzt"), ("tomorrow", "morgen"), ("every day", "jeden tag"),
+                ("in the morning", "am morgen"), ("in the evening", "am abend")]
+TIME_PERFECT = [("today", "heute"), ("yesterday", "gestern"), ("in the morning", "am morgen")]
+
+# Articles by determiner, case and gender ("pl" for plural). A bare plural ("dogs") has no article.
+ARTICLES = {
+    "def": {"nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
+            "acc": {"m": "den", "f": "die", "n": "das", "pl": "die"},
+            "dat": {"m": "dem", "f": "der", "n": "dem", "pl": "den"}},
+    "indef": {"nom": {"m": "ein", "f": "eine", "n": "ein"},
+              "acc": {"m": "einen", "f": "eine", "n": "ein"},
+              "dat": {"m": "einem", "f": "einer", "n": "einem"}},
+}
+# Adjective endings: weak after "der", mixed after "ein", strong with no article (plural only here).
+ADJECTIVE_ENDINGS = {
+    "def": {"nom": {"m": "e", "f": "e", "n": "e", "pl": "en"},
+            "acc": {"m": "en", "f": "e", "n": "e", "pl": "en"},
+            "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"}},
+    "indef": {"nom": {"m": "er", "f": "e", "n": "es"},
+              "acc": {"m": "en", "f": "e", "n": "es"},
+              "dat": {"m": "en", "f": "en", "n": "en"}},
+    "none": {"nom": {"pl": "e"}, "acc": {"pl": "e"}, "dat": {"pl": "en"}},
+}
+
+# ----------------------------------------------------------------------------- random choices
+
+
+def _pick(rng: random.Random, items):
+    """One item, using only rng.random() (the call whose sequence Python keeps stable)."""
+    return items[int(rng.random() * len(items))]
+
+
+def _chance(rng: random.Random, p: float) -> bool:
+    return rng.random() < p
+
+
+# ----------------------------------------------------------------------------- phrases
+
+
+def noun_phrase(rng: random.Random, kinds, case: str, adjective_p: float = 0.35):
+    """A noun phrase in both languages.   -> (English tokens, German tokens, "sg" | "pl")"""
+    noun = _pick(rng, [n for n in NOUNS if n.kind in kinds])
+    number = "pl" if _chance(rng, 0.3) else "sg"
+    if number == "pl":
+        det = "def" if _chance(rng, 0.6) else "none"
+    else:
+        det = "def" if _chance(rng, 0.65) else "indef"
+    adjective = _ADJ[_pick(rng, THING_PREDICATES if noun.kind in ("thing", "place") else ANIMATE_PREDICATES)] \
+        if _chance(rng, adjective_p) else None
+
+    en_noun = noun.en_pl if number == "pl" else noun.en
+    en = ([adjective.en] if adjective else []) + [en_noun]
+    if det == "def":
+        en = ["the"] + en
+    elif det == "indef":
+        en = ["an" if en[0][0] in "aeiou" else "a"] + en
+
+    key = "pl" if number == "pl" else noun.gender
+    de_noun = noun.de if number == "sg" else (noun.de_dat_pl if case == "dat" else noun.de_pl)
+    de = ([adjective.stem + ADJECTIVE_ENDINGS[det][case][key]] if adjective else []) + [de_noun]
+    if det != "none":
+        de = [ARTICLES[det][case][key]] + de
+    return en, de, number
+
+
+def prepositional_phrase(rng: random.Random):
+    """'in the garden' -> 'im garten', 'for a dog' -> 'für einen hund'.   -> (English, German)"""
+    en_prep, de_prep, case, kinds = _pick(rng, PREPOSITIONS)
+    en, de, _ = noun_phrase(rng, kinds, case, adjective_p=0.2)
+    if de_prep == "in" and de[0] == "dem":
+        return [en_prep] + en, ["im"] + de[1:]           # "in dem" contracts to "im"
+    return [en_prep] + en, [de_prep] + de
+
+
+# One clause in parts: the English tokens, and the German in the pieces that word order moves around.
+Clause = namedtuple("Clause", "en subj finite middle end tense")
+
+
+def clause(rng: random.Random, pp_p: float) -> Clause:
+    """One clause, kept in parts so the caller can put the German verb where the clause type wants it.
+
+    -> Clause(en tokens, German subject, finite verb, middle field, end, tense), German orders
+       main:        subject finite middle end          "der hund hat die katze gesehen"
+       inverted:    finite subject middle end          "(heute) hat der hund die katze gesehen"
+       subordinate: subject middle end finite          "(weil) der hund die katze gesehen hat"
+    """
+    kind = _pick(rng, ["verb"] * 5 + ["copula"])
+    if kind == "copula":
+        animate = _chance(rng, 0.6)
+        en_subj, de_subj, number = noun_phrase(rng, ANIMATE if animate else ("thing",), "nom")
+        adjective = _ADJ[_pick(rng, ANIMATE_PREDICATES if animate else THING_PREDICATES)]
+        en = en_subj + ["is" if number == "sg" else "are", adjective.en]
+        return Clause(en, de_subj, ["ist" if number == "sg" else "sind"], [adjective.predicative], [], "present")
+
+    verb = _pick(rng, VERBS)
+    en_subj, de_subj, number = noun_phrase(rng, verb.subj, "nom")
+    en_obj, de_obj = [], []
+    if verb.frame in ("dat", "dat_acc"):
+        kinds = ANIMATE if verb.frame == "dat_acc" else verb.obj
+        e, d, _ = noun_phrase(rng, kinds, "dat")
+        en_obj, de_obj = en_obj + e, de_obj + d
+    if verb.frame in ("acc", "dat_acc"):
+        e, d, _ = noun_phrase(rng, verb.obj, "acc")
+        en_obj, de_obj = en_obj + e, de_obj + d
+    if _chance(rng, pp_p):
+        e, d = prepositional_phrase(rng)
+        en_obj, de_obj = en_obj + e, de_obj + d
+
+    singular = number == "sg"
+    if _chance(rng, 0.3):                                 # perfect: has seen / hat ... gesehen
+        aux = AUX[verb.aux][0 if singular else 1]
+        en = en_subj + ["has" if singular else "have", verb.en_part] + en_obj
+        return Clause(en, de_subj, [aux], de_obj, [verb.de_part], "perfect")
+    en = en_subj + [verb.en if singular else verb.en_pl] + en_obj
+    return Clause(en, de_subj, [verb.de if singular else verb.de_pl], de_obj, [], "present")
+
+
+def _main(c: Clause) -> list:
+    return c.subj + c.finite + c.middle + c.end
+
+
+def _inverted(c: Clause) -> list:
+    return c.finite + c.subj + c.middle + c.end
+
+
+def _subordinate(c: Clause) -> list:
+    return c.subj + c.middle + c.end + c.finite
+
+
+# ----------------------------------------------------------------------------- sentences
+
+
+def sentence_pair(rng: random.Random) -> tuple[str, str]:
+    """One (English, German) sentence pair, lowercase, tokens separated by single spaces."""
+    shape = _pick(rng, ["simple"] * 5 + ["fronted"] * 2 + ["then_sub"] * 3 + ["sub_first"] * 2 + ["report"] * 2)
+    if shape in ("simple", "fronted"):
+        c = clause(rng, pp_p=0.35)
+        if shape == "fronted":                           # verb second: the finite verb moves before the subject
+            en_time, de_time = _pick(rng, TIME_PERFECT if c.tense == "perfect" else TIME_PRESENT)
+            en, de = en_time.split() + c.en, de_time.split() + _inverted(c)
+        else:
+            en, de = c.en, _main(c)
+    elif shape == "then_sub":                            # main clause, then a verb-final subordinate clause
+        main, sub = clause(rng, pp_p=0.25), clause(rng, pp_p=0.15)
+        en_conj, de_conj = _pick(rng, CONJUNCTIONS)
+        en = main.en + [en_conj] + sub.en
+        de = _main(main) + [",", de_conj] + _subordinate(sub)
+    elif shape == "sub_first":                           # subordinate clause first: the main clause starts with its verb
+        sub, main = clause(rng, pp_p=0.15), clause(rng, pp_p=0.25)
+        en_conj, de_conj = _pick(rng, CONJUNCTIONS)
+        en = [en_conj] + sub.en + [","] + main.en
+        de = [de_conj] + _subordinate(sub) + [","] + _inverted(main)
+    else:                                                # "the woman says that ..." -> "die frau sagt , dass ..."
+        en_subj, de_subj, number = noun_phrase(rng, ("person",), "nom")
+        en_verb, en_verb_pl, de_verb, de_verb_pl = _pick(rng, REPORT_VERBS)
+        sub = clause(rng, pp_p=0.2)
+        singular = number == "sg"
+        en = en_subj + [en_verb if singular else en_verb_pl, "that"] + sub.en
+        de = de_subj + [de_verb if singular else de_verb_pl, ",", "dass"] + _subordinate(sub)
+    return " ".join(en + ["."]), " ".join(de + ["."])
+
+
+def generate_corpus(seed: int = DEFAULT_SEED, sizes: dict | None = None) -> dict:
+    """The toy corpus: {split: [(english, german), ...]} for train, valid and test, disjoint and deterministic.
+
+    sizes: number of pairs per split (default SPLIT_SIZES). Same seed and sizes -> the same corpus.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"generate_corpus: seed must be a non-negative int, got {seed!r}")
+    sizes = dict(SPLIT_SIZES if sizes is None else sizes)
+    if set(sizes) != set(SPLITS) or any(not isinstance(n, int) or n < 0 for n in sizes.values()):
+        raise ValueError(f"generate_corpus: sizes must map each of {SPLITS} to a non-negative int, got {sizes!r}")
+    rng = random.Random(seed)
+    pairs, seen_en, seen_de = [], set(), set()
+    wanted = sum(sizes.values())
+    attempts = 0
+    while len(pairs) < wanted:
+        attempts += 1
+        if attempts > 50 * wanted + 1000:
+            raise RuntimeError(f"generate_corpus: could not draw {wanted} distinct pairs")
+        en, de = sentence_pair(rng)
+        n_en, n_de = en.count(" ") + 1, de.count(" ") + 1
+        if not (MIN_TOKENS <= n_en <= MAX_TOKENS and MIN_TOKENS <= n_de <= MAX_TOKENS):
+            continue
+        if en in seen_en or de in seen_de:                # distinct on both sides: splits cannot overlap
+            continue
+        seen_en.add(en)
+        seen_de.add(de)
+        pairs.append((en, de))
+    corpus, start = {}, 0
+    for split in SPLITS:
+        corpus[split] = pairs[start:start + sizes[split]]
+        start += sizes[split]
+    return corpus
+
+
+def write_corpus(corpus: dict, directory) -> list[Path]:
+    """Write {split}.en and {split}.de (UTF-8, one sentence a line) under directory. -> the paths written."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for split, pairs in corpus.items():
+        for side, lang in enumerate(("en", "de")):
+            path = directory / f"{split}.{lang}"
+            path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
+            written.append(path)
+    return written

@@ -1,0 +1,231 @@
+"""Tokenisers: special ids, BPE merges worked out by hand, exact round trips, JSON, input checks."""
+
+import json
+
+import numpy as np
+import pytest
+
+from minitransformer.tokenizers import (
+    BOS,
+    EOS,
+    PAD,
+    SPECIAL_TOKENS,
+    UNK,
+    BPETokenizer,
+    Vocab,
+    WordTokenizer,
+    load_tokenizer,
+    split_pieces,
+    tokenizer_from_dict,
+)
+
+# Sennrich et al.'s example: low x5, lower x2, newest x6, widest x3.
+SENNRICH = ["low " * 5 + "lower " * 2 + "newest " * 6 + "widest " * 3]
+
+TEXTS = [
+    "Two young, White males are outside near many bushes.",
+    "Several men in hard hats are operating a giant pulley system.",
+    "A little girl climbing into a wooden playhouse.",
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Mehrere Männer mit Schutzhelmen bedienen ein Antriebsradsystem.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "The dog's ball (red) costs 3.50 euros - cheap!",
+]
+
+
+def test_special_tokens():
+    assert (PAD, BOS, EOS, UNK) == (0, 1, 2, 3)
+    assert SPECIAL_TOKENS == ("<pad>", "<bos>", "<eos>", "<unk>")
+    for tok in (WordTokenizer.build(TEXTS), BPETokenizer.learn(TEXTS, num_merges=20)):
+        assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
+        assert tok.vocab.itos[:4] == list(SPECIAL_TOKENS)
+        assert len(tok) == tok.vocab_size == len(tok.vocab)
+
+
+def test_split_pieces_marks_word_ends():
+    assert split_pieces("the dog.") == [("the", True), ("dog", False), (".", True)]
+    assert split_pieces("  (a)  b ") == [("(", False), ("a", False), (")", True), ("b", True)]
+    assert split_pieces("") == []
+
+
+def test_bpe_merges_worked_out_by_hand():
+    # Initial pair counts (</w> ends a word):
+    #   l o 7, o w</w> 5, o w 2, w e 8, e r</w> 2, n e 6, e w 6, e s 9, s t</w> 9, w i 3, i d 3, d e 3
+    # 1. (e, s) 9          ties with (s, t</w>) 9: the alphabetically first pair wins
+    # 2. (es, t</w>) 9     newest -> n e w est</w>, widest -> w i d est</w>
+    # 3. (l, o) 7
+    # 4. (e, w) 6          ties at 6: (e, w) < (n, e) < (w, est</w>)
+    # 5. (ew, est</w>) 6   ties with (n, ew) 6
+    # 6. (n, ewest</w>) 6
+    # 7. (lo, w</w>) 5
+    # 8. (d, est</w>) 3    ties at 3 with (i, d), (w, i); (lo, w) (w, e) (e, r</w>) are at 2
+    # 9. (i, dest</w>) 3
+    # 10. (w, idest</w>) 3
+    tok = BPETokenizer.learn(SENNRICH, num_merges=10)
+    assert tok.merges == [("e", "s"), ("es", "t</w>"), ("l", "o"), ("e", "w"), ("ew", "est</w>"),
+                          ("n", "ewest</w>"), ("lo", "w</w>"), ("d", "est</w>"), ("i", "dest</w>"),
+                          ("w", "idest</w>")]
+    assert tok.tokenize("low newest widest") == ["low</w>", "newest</w>", "widest</w>"]
+    # an unseen word is built from the learned pieces
+    assert tok.tokenize("lowest") == ["lo", "w", "est</w>"]
+    # vocabulary = specials + every character (plain and </w>) + one symbol per merge
+    chars = sorted(set("lowernstid"))
+    assert len(tok) == 4 + 2 * len(chars) + 10
+
+
+def test_bpe_stops_when_no_pair_is_frequent_enough():
+    tok = BPETokenizer.learn(["ab ab cd"], num_merges=100)
+    assert tok.merges == [("a", "b</w>")]          # (c, d</w>) occurs once, below min_frequency=2
+    assert BPETokenizer.learn(["ab ab cd"], num_merges=100, min_frequency=1).merges == [("a", "b</w>"), ("c", "d</w>")]
+
+
+def test_bpe_vocab_size():
+    tok = BPETokenizer.learn(TEXTS * 3, vocab_size=150)
+    assert len(tok) == 150
+    with pytest.raises(ValueError, match="vocab_size"):
+        BPETokenizer.learn(TEXTS, vocab_size=10)
+    with pytest.raises(ValueError, match="exactly one"):
+        BPETokenizer.learn(TEXTS)
+    with pytest.raises(ValueError, match="exactly one"):
+        BPETokenizer.learn(TEXTS, vocab_size=100, num_merges=5)
+
+
+@pytest.mark.parametrize("num_merges", [0, 10, 200, 10_000])
+def test_bpe_round_trip_seen_and_unseen(num_merges):
+    tok = BPETokenizer.learn(TEXTS, num_merges=num_merges)
+    unseen = [
+        "Two girls in a wooden house.",                 # new combination of known words
+        "Ein Mann, ein Hund (zwei Bälle)!",              # new words, known characters
+        "  more   spaces\tand\nnewlines  ",           # whitespace is normalised to single spaces
+        "lowercase! 3.50-5.00 (Männer's)",
+        "",
+    ]
+    assert set("".join(unseen)) - set(" \t\n") <= set("".join(TEXTS))   # only characters seen in training
+    for text in TEXTS + unseen:
+        ids = tok.encode(text)
+        assert UNK not in ids, text
+        assert tok.decode(ids) == " ".join(text.split()), text
+        assert all(isinstance(i, int) for i in ids)
+
+
+def test_bpe_lowercase():
+    tok = BPETokenizer.learn(TEXTS, num_merges=100, lowercase=True)
+    assert tok.encode("A Little GIRL.") == tok.encode("a little girl.")
+    assert tok.decode(tok.encode("A Little GIRL.")) == "a little girl."
+    assert BPETokenizer.from_json(tok.to_json()).encode("WHITE") == tok.encode("white")
+    assert all(t == t.lower() for t in tok.vocab.itos)
+
+
+def test_bpe_unknown_characters_become_unk():
+    tok = BPETokenizer.learn(TEXTS, num_merges=50)
+    ids = tok.encode("ein 猫")
+    assert ids[-1] == UNK
+    assert tok.decode(ids) == "ein <unk>"
+
+
+def test_bpe_merges_shrink_sequences():
+    text = " ".join(TEXTS)
+    lengths = [len(BPETokenizer.learn(TEXTS, num_merges=m).encode(text)) for m in (0, 10, 40)]
+    assert lengths[0] == sum(len(p) for p, _ in split_pieces(text))   # no merges: one id per character
+    assert lengths[0] > lengths[1] > lengths[2]
+
+
+def test_bpe_encode_matches_training_segmentation():
+    # After learning, the training words are segmented exactly as the learner left them.
+    tok = BPETokenizer.learn(SENNRICH, num_merges=7)
+    assert tok.tokenize("low lower newest widest") == ["low</w>", "lo", "w", "e", "r</w>", "newest</w>",
+                                                       "w", "i", "d", "est</w>"]
+
+
+def test_decode_special_ids():
+    tok = BPETokenizer.learn(TEXTS, num_merges=100)
+    ids = tok.encode("A little girl.")
+    assert tok.encode("A little girl.", add_bos=True, add_eos=True) == [BOS] + ids + [EOS]
+    padded = [BOS] + ids + [EOS] + [PAD, PAD]
+    assert tok.decode(padded) == "A little girl."
+    assert tok.decode(ids + [EOS] + ids) == "A little girl."   # stops at the first <eos>
+    assert tok.decode(np.array(padded, dtype=np.int64)) == "A little girl."
+    assert "<bos>" in tok.decode(padded, skip_special=False)
+
+
+def test_word_tokenizer():
+    tok = WordTokenizer.build(["the dog sees the cat .", "the cat , too ."], min_freq=1)
+    assert tok.vocab.itos[4:] == ["the", ".", "cat", ",", "dog", "sees", "too"]   # by count, then alphabetical
+    assert tok.tokenize("The dog, too.") == ["The", "dog", ",", "too", "."]
+    ids = tok.encode("the dog sees a cat .")
+    assert ids[3] == UNK
+    assert tok.decode(tok.encode("the cat sees the dog .")) == "the cat sees the dog ."
+    lower = WordTokenizer.build(["The Dog ."], lowercase=True)
+    assert lower.encode("THE dog .") == lower.encode("the DOG .")
+    assert UNK not in lower.encode("THE dog .")
+
+
+def test_word_tokenizer_min_freq_and_max_size():
+    texts = ["a a a b b c"]
+    assert WordTokenizer.build(texts, min_freq=2).vocab.itos[4:] == ["a", "b"]
+    assert WordTokenizer.build(texts, max_size=5).vocab.itos[4:] == ["a"]
+    with pytest.raises(ValueError, match="min_freq"):
+        WordTokenizer.build(texts, min_freq=0)
+    with pytest.raises(ValueError, match="max_size"):
+        WordTokenizer.build(texts, max_size=2)
+
+
+def test_toy_round_trip_with_word_tokenizer():
+    from minitransformer.datasets import load_toy
+
+    pairs = load_toy("valid")
+    tok = WordTokenizer.build([s for p in load_toy("train") for s in p])
+    for en, de in pairs[:100]:
+        assert tok.decode(tok.encode(de)) == de
+
+
+@pytest.mark.parametrize("make", [lambda: WordTokenizer.build(TEXTS, lowercase=True),
+                                  lambda: BPETokenizer.learn(TEXTS, num_merges=60)])
+def test_json_round_trip(make, tmp_path):
+    tok = make()
+    again = type(tok).from_json(tok.to_json())
+    for text in TEXTS:
+        assert again.encode(text) == tok.encode(text)
+    assert again.vocab.itos == tok.vocab.itos
+    json.loads(tok.to_json())                          # plain JSON
+    path = tok.save(tmp_path / "vocab.json")
+    loaded = load_tokenizer(path)
+    assert type(loaded) is type(tok) and loaded.encode(TEXTS[3]) == tok.encode(TEXTS[3])
+    assert type(tokenizer_from_dict(tok.to_dict())) is type(tok)
+    assert type(type(tok).load(path)) is type(tok)
+
+
+def test_from_dict_rejects_wrong_data():
+    with pytest.raises(ValueError, match="type"):
+        tokenizer_from_dict({"type": "sentencepiece"})
+    with pytest.raises(ValueError, match="tokens must start"):
+        BPETokenizer.from_dict({"type": "bpe", "tokens": ["a", "b"], "merges": []})
+    with pytest.raises(ValueError, match="type='word'"):
+        WordTokenizer.from_dict(BPETokenizer.learn(TEXTS, num_merges=3).to_dict())
+
+
+def test_input_validation():
+    bpe, word = BPETokenizer.learn(TEXTS, num_merges=10), WordTokenizer.build(TEXTS)
+    for tok in (bpe, word):
+        with pytest.raises(TypeError, match="text must be a str, got int"):
+            tok.encode(5)
+        with pytest.raises(TypeError, match="text must be a str"):
+            tok.encode(["a list"])
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            tok.decode([4, len(tok)])
+        with pytest.raises(TypeError, match="ids must be"):
+            tok.decode("abc")
+        with pytest.raises(TypeError, match="ids must be ints"):
+            tok.decode([1.5])
+        with pytest.raises(ValueError, match="1-D"):
+            tok.decode(np.zeros((2, 2), dtype=np.int64))
+    with pytest.raises(TypeError, match="texts must be an iterable of str"):
+        BPETokenizer.learn("one string", num_merges=3)
+    with pytest.raises(TypeError, match=r"texts\[1\] must be a str"):
+        WordTokenizer.build(["ok", 3])
+
+
+def test_vocab():
+    v = Vocab(["x", "y", "x"])
+    assert len(v) == 6 and v["y"] == 5 and v["zzz"] == UNK and v.lookup_token(4) == "x"
+    assert "x" in v and "zzz" not in v
