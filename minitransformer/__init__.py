@@ -19,8 +19,9 @@ from .module import Module, ModuleList, Parameter
 __version__ = "0.1.0"
 
 from . import gradcheck, layers, masks  # noqa: E402
-from . import batching, bleu, datasets, optim, tokenizers, toy_grammar  # noqa: E402
+from . import batching, bleu, datasets, decoding, optim, tokenizers, toy_grammar  # noqa: E402
 from .loss import CrossEntropyLoss  # noqa: E402
+from .model import Transformer, TransformerConfig  # noqa: E402
 from .tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, WordTokenizer  # noqa: E402
 
 
