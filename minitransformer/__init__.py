@@ -5,7 +5,19 @@ Shape letters used in every docstring and comment:
     F d_ff, V vocabulary size, N = B*T rows of a flattened batch.
 """
 
-from . import backend
+from . import (
+    backend,
+    batching,
+    bleu,
+    datasets,
+    decoding,
+    gradcheck,
+    layers,
+    masks,
+    optim,
+    tokenizers,
+    toy_grammar,
+)
 from .backend import (
     get_backend,
     get_default_dtype,
@@ -14,15 +26,19 @@ from .backend import (
     set_default_dtype,
     to_numpy,
 )
+from .loss import CrossEntropyLoss
+from .model import Transformer, TransformerConfig
 from .module import Module, ModuleList, Parameter
+from .tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, WordTokenizer
 
 __version__ = "0.1.0"
 
-from . import gradcheck, layers, masks  # noqa: E402
-from . import batching, bleu, datasets, decoding, optim, tokenizers, toy_grammar  # noqa: E402
-from .loss import CrossEntropyLoss  # noqa: E402
-from .model import Transformer, TransformerConfig  # noqa: E402
-from .tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, WordTokenizer  # noqa: E402
+__all__ = [
+    "BOS", "EOS", "PAD", "UNK", "BPETokenizer", "CrossEntropyLoss", "Module", "ModuleList", "Parameter",
+    "Transformer", "TransformerConfig", "WordTokenizer", "backend", "batching", "bleu", "datasets", "decoding",
+    "get_backend", "get_default_dtype", "gradcheck", "layers", "manual_seed", "masks", "optim", "set_backend",
+    "set_default_dtype", "to_numpy", "tokenizers", "toy_grammar", "viz",
+]
 
 
 def __getattr__(name):

@@ -45,7 +45,7 @@ _state = _State()
 
 def _import_cupy():
     try:
-        import cupy  # noqa: F401  (imported only on request)
+        import cupy  # imported only on request
     except ImportError as err:  # pragma: no cover - depends on the machine
         raise ImportError(
             "set_backend('cupy') needs CuPy, which is not installed. Install the build that matches "
@@ -165,7 +165,7 @@ def to_numpy(x) -> numpy.ndarray:
 
 def is_array(x) -> bool:
     """True for an array of NumPy or of the active backend."""
-    return isinstance(x, numpy.ndarray) or isinstance(x, _state.xp.ndarray)
+    return isinstance(x, (numpy.ndarray, _state.xp.ndarray))
 
 
 def scatter_add(target, indices, values) -> None:

@@ -90,7 +90,7 @@ class GradcheckReport:
         lines = [f"gradient check of {self.module} (float64, central differences)", head, "-" * len(head)]
         for r in self.rows:
             verdict = "ok (zero gradient)" if r.zero else "ok" if r.passes(self.tolerance) else "FAIL"
-            lines.append(f"{r.name:<{width}}  {str(r.shape):<16} {r.checked:>7}  {r.rel_error:>10.2e}  {verdict}")
+            lines.append(f"{r.name:<{width}}  {r.shape!s:<16} {r.checked:>7}  {r.rel_error:>10.2e}  {verdict}")
         lines.append(f"max relative error {self.max_error:.2e}  (bound {self.tolerance:.0e}): "
                      f"{'PASS' if self.ok else 'FAIL'}")
         return "\n".join(lines)

@@ -151,7 +151,7 @@ class Module:
         return self.train(False)
 
     # -- saving ----------------------------------------------------------------------------
-    def state_dict(self) -> "OrderedDict[str, numpy.ndarray]":
+    def state_dict(self) -> OrderedDict[str, numpy.ndarray]:
         """{dotted name: host copy of the weights}; tied parameters are stored once."""
         return OrderedDict((name, backend.to_numpy(p.data).copy()) for name, p in self.named_parameters())
 

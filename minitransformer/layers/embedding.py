@@ -42,7 +42,7 @@ class Embedding(Module):
             dE_rows = dE_rows * self.scale
         backend.scatter_add(self.weight.grad, self.ids.reshape(-1), dE_rows)  # dE[id] += row, repeats summed
         self.ids = None
-        return None
+        # ids are integers: they have no gradient, so this backward returns None
 
     def extra_repr(self):
         return f"num_embeddings={self.num_embeddings}, d_model={self.d_model}, scale={self.scale != 1.0}"
