@@ -58,8 +58,10 @@ def set_backend(name: str | types.ModuleType) -> None:
     """Choose the array namespace: "numpy" (default) or "cupy".
 
     A module object that mimics NumPy's API may also be passed (the test suite uses one that behaves
-    like CuPy at the device boundary). Parameters created before the switch stay where they were:
-    build the model after choosing the backend.
+    like CuPy at the device boundary, tests/fakecupy.py): its ``__backend_name__`` (else ``__name__``)
+    becomes the backend's name, its ``random.default_rng(seed)`` makes the dropout generator, and a
+    ``scatter_add`` function, if it has one, stands in for ``add.at``. Parameters created before the
+    switch stay where they were: build the model after choosing the backend.
     """
     if isinstance(name, types.ModuleType):
         _state.name, _state.xp = getattr(name, "__backend_name__", name.__name__), name
@@ -171,12 +173,16 @@ def is_array(x) -> bool:
 def scatter_add(target, indices, values) -> None:
     """target[indices] += values, adding every repeat of an index (``target[idx] += v`` would keep only one).
 
-    NumPy has ``np.add.at``; CuPy spells it ``cupyx.scatter_add``.
+    NumPy has ``np.add.at``; CuPy spells it ``cupyx.scatter_add`` (its ufuncs have no ``.at`` before v13).
+    A NumPy-like module given to ``set_backend`` whose ufuncs lack ``.at`` provides
+    ``scatter_add(target, indices, values)``, cupyx's signature, instead (tests/fakecupy.py does).
     """
     if _state.name == "cupy":
         import cupyx
 
         cupyx.scatter_add(target, indices, values)
+    elif _state.xp is not numpy and hasattr(_state.xp, "scatter_add"):
+        _state.xp.scatter_add(target, indices, values)
     else:
         _state.xp.add.at(target, indices, values)
 

@@ -53,9 +53,27 @@ def _check_pairs(pairs, where: str) -> list:
     for i, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"{where}: pairs[{i}] must be a (src_ids, tgt_ids) pair, got {type(pair).__name__}")
+        for side, ids in zip(("source", "target"), pair):
+            if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
+                raise TypeError(f"{where}: pairs[{i}] {side} must be a list of int token ids, got {type(ids).__name__}")
         if len(pair[0]) == 0:
             raise ValueError(f"{where}: pairs[{i}] has an empty source; every source needs at least one token")
     return pairs
+
+
+def _row_ids(ids, row: int, indices, side: str) -> numpy.ndarray:
+    """One sentence's ids as a 1-D integer array.   Shapes: (L,) int"""
+    try:
+        ids = numpy.asarray(ids)                                # (L,)
+    except ValueError:                                          # ragged nesting
+        ids = numpy.asarray(ids, dtype=object)
+    if ids.size == 0:
+        return ids.astype(numpy.int64)                         # an empty target is fine: it becomes <eos> alone
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        where = f"pairs[{row}]" if indices is None else f"pairs[{row}] (dataset row {indices[row]})"
+        raise TypeError(f"collate: {where} {side} must be a flat list of int token ids, "
+                        f"got shape {ids.shape} dtype {ids.dtype}")
+    return ids
 
 
 def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS) -> Batch:
@@ -66,6 +84,9 @@ def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: i
     pairs = _check_pairs(pairs, "collate")
     if len(pairs) == 0:
         raise ValueError("collate: pairs must not be empty")
+    for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
+        if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or value < 0:
+            raise ValueError(f"collate: {name} must be an int >= 0, got {value!r}")
     B = len(pairs)
     S = max(len(src) for src, _ in pairs)
     T = max(len(tgt) for _, tgt in pairs) + 1                   # one more for <bos> / <eos>
@@ -73,11 +94,15 @@ def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: i
     tgt_in = numpy.full((B, T), pad_id, dtype=numpy.int64)       # (B,T)
     tgt_out = numpy.full((B, T), pad_id, dtype=numpy.int64)      # (B,T)
     for row, (s, t) in enumerate(pairs):
+        s, t = _row_ids(s, row, indices, "source"), _row_ids(t, row, indices, "target")  # a float would be truncated
         src[row, : len(s)] = s
         tgt_in[row, 0] = bos_id
         tgt_in[row, 1: len(t) + 1] = t
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = eos_id
+    if min(int(src.min()), int(tgt_out.min())) < 0:
+        raise ValueError(f"collate: pairs must hold token ids >= 0, got a negative id in source or target "
+                         f"(rows {numpy.flatnonzero((src < 0).any(axis=1) | (tgt_out < 0).any(axis=1)).tolist()[:5]})")
     indices = numpy.arange(B, dtype=numpy.int64) if indices is None else numpy.asarray(indices, dtype=numpy.int64)  # (B,)
     num_src = sum(len(s) for s, _ in pairs)
     num_tgt = sum(len(t) + 1 for _, t in pairs)

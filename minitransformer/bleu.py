@@ -141,7 +141,8 @@ def _reference_streams(references, n: int) -> list:
             raise ValueError(f"corpus_bleu: {what} has {len(stream)} sentences but hypotheses has {n}")
         for i, ref in enumerate(stream):
             if ref is not None and not isinstance(ref, str):
-                raise TypeError(f"corpus_bleu: reference {i} of stream {k} must be a str, got {type(ref).__name__}")
+                raise TypeError(f"corpus_bleu: references[{k}][{i}] (reference {i} of stream {k}) must be a str, "
+                                f"got {type(ref).__name__}")
     return streams
 
 

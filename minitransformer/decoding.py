@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy
 
 from . import backend
-from .model import as_token_ids
+from .model import Transformer, as_token_ids
 
 EXTRA_LENGTH = 50  # default max_len = source length + 50 (§6.1)
 
@@ -101,6 +101,8 @@ def _check_positive_int(owner, name, value):
 
 def _prepare(owner, model, src, max_len):
     """Check the arguments; the source on the device, and each sentence's length limit (host ints)."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"{owner}: model must be a minitransformer Transformer, got {type(model).__name__}")
     c = model.config
     src = as_token_ids(owner, "src", src, c.src_vocab_size, c.max_len)   # (B,S)
     if max_len is None:
@@ -184,8 +186,9 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     """
     owner = "beam_search"
     _check_positive_int(owner, "beam_size", beam_size)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, numpy.floating)) or not alpha >= 0:
-        raise ValueError(f"{owner}: alpha must be a float >= 0, got {alpha!r}")
+    if (isinstance(alpha, bool) or not isinstance(alpha, (int, float, numpy.integer, numpy.floating))
+            or not 0 <= alpha < numpy.inf):
+        raise ValueError(f"{owner}: alpha must be a float >= 0, got {alpha!r} (it must also be finite)")
     src, limits = _prepare(owner, model, src, max_len)
     c = model.config
     K, eos = int(beam_size), c.eos_id

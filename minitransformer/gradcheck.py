@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy
 
 from . import backend
+from .layers._checks import check_positive_int, check_positive_number
+from .module import Module
 
 DEFAULT_TOLERANCE = 1e-6
 # Below this magnitude both gradients are "zero" within float64 rounding of the difference quotient
@@ -125,22 +127,35 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
 
     module      a Module whose parameters are float64 (build it after ``mt.set_default_dtype("float64")``)
     inputs      the forward's positional arguments. Float arrays are checked; integer arrays (token ids),
-                boolean masks and None are passed through unchanged.
+                boolean masks and None are passed through unchanged (host arrays moved to the backend).
     eps         the step of the central difference
     max_entries check at most this many entries per tensor, chosen at random (None: all of them)
     seed        seeds the upstream gradient, the sampled entries, and the dropout masks (the same mask is
                 drawn at every forward, so a module with dropout can be checked in training mode)
     Returns a GradcheckReport: ``print(report)`` gives the table, ``report.assert_ok()`` raises on failure.
     """
+    if not isinstance(module, Module):
+        raise TypeError(f"gradcheck.check: module must be a minitransformer Module, got {type(module).__name__}")
+    check_positive_number("gradcheck.check", "eps", eps)
+    check_positive_number("gradcheck.check", "tolerance", tolerance)
+    if max_entries is not None:
+        check_positive_int("gradcheck.check", "max_entries", max_entries)
     xp = backend.xp()
     params = module.named_parameters() if parameters else []
     for name, p in params:
         if p.data.dtype != numpy.float64:
-            raise ValueError(f"gradcheck.check: parameter {name!r} is {p.data.dtype}; finite differences need "
+            raise ValueError(f"gradcheck.check: module's parameter {name!r} is {p.data.dtype}; finite differences need "
                              f"float64. Call mt.set_default_dtype('float64') before building the module.")
+    # Host arrays move to the active backend: float ones as float64 (they are checked), token ids and
+    # masks as they are (on CuPy a NumPy mask cannot meet device scores in xp.where). No-ops on NumPy.
     inputs = [xp.asarray(x, dtype=numpy.float64) if isinstance(x, (numpy.ndarray, float)) and
-              numpy.asarray(x).dtype.kind == "f" else x for x in inputs]
+              numpy.asarray(x).dtype.kind == "f" else xp.asarray(x) if isinstance(x, numpy.ndarray) else x
+              for x in inputs]
     float_inputs = [i for i, x in enumerate(inputs) if backend.is_array(x) and x.dtype.kind == "f"]
+    # Each float input gets its own copy: self-attention called as check(mha, x, x, x) must perturb
+    # query, key and value one at a time, as separate inputs, and the caller's arrays stay untouched.
+    for i in float_inputs:
+        inputs[i] = inputs[i].copy()
 
     rng_state = backend.get_rng_state()
     check_rng = numpy.random.default_rng(seed)

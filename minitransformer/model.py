@@ -120,7 +120,7 @@ class TransformerConfig:
     @classmethod
     def preset(cls, name: str, **overrides) -> TransformerConfig:
         """A named size ("tiny", "small", "base"); the vocabulary sizes (and anything else) go in overrides."""
-        if name not in _PRESETS:
+        if not isinstance(name, str) or name not in _PRESETS:
             raise ValueError(f"TransformerConfig.preset: name must be one of {sorted(_PRESETS)}, got {name!r}")
         missing = [k for k in ("src_vocab_size", "tgt_vocab_size") if k not in overrides]
         if missing:
@@ -137,6 +137,9 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> TransformerConfig:
+        if not isinstance(data, dict):
+            raise TypeError(f"TransformerConfig.from_dict: data must be a dict (what to_dict returned), "
+                            f"got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -356,7 +359,13 @@ def as_token_ids(owner: str, name: str, ids, vocab_size: int, max_len: int):
     """Check a batch of token ids and move it to the active backend.   Shapes: (B,T) int -> (B,T) int
     Accepts NumPy (host) arrays on any backend, arrays of the active backend, and nested lists."""
     if isinstance(ids, (list, tuple)):
-        ids = numpy.asarray(ids)
+        try:
+            ids = numpy.asarray(ids)
+        except ValueError:
+            raise ValueError(f"{owner}: {name} must be a rectangular (B, T) table of token ids (pad the shorter "
+                             f"sentences), got rows of different lengths") from None
+        if ids.size == 0:
+            ids = ids.astype(numpy.int64)                     # [] or [[]] is empty, not a float array
     if not backend.is_array(ids):
         raise TypeError(f"{owner}: {name} must be a 2-D integer array (B, T) of token ids, got {type(ids).__name__}")
     if ids.dtype.kind not in "iu":
@@ -448,6 +457,9 @@ class Transformer(Module):
                             Shapes: tgt_in (B,T) int, memory (B,S,D), src_mask (B,1,1,S) bool -> (B,T,V)"""
         c = self.config
         tgt_in = as_token_ids("Transformer.decode", "tgt_in", tgt_in, c.tgt_vocab_size, c.max_len)
+        if not backend.is_array(memory) or memory.dtype.kind != "f":
+            raise TypeError(f"Transformer.decode: memory must be a float array (B, S, d_model), as encode returns, "
+                            f"got {getattr(memory, 'dtype', type(memory).__name__)}")
         if memory.ndim != 3 or memory.shape[0] != tgt_in.shape[0] or memory.shape[2] != c.d_model:
             raise ValueError(f"Transformer.decode: memory must have shape (B={tgt_in.shape[0]}, S, "
                              f"d_model={c.d_model}), got {tuple(memory.shape)}")
@@ -468,6 +480,9 @@ class Transformer(Module):
         if shape is None:
             raise RuntimeError("Transformer.backward: call forward (model(src, tgt_in)) first; "
                                "each forward allows one backward")
+        if not hasattr(dlogits, "shape") or not hasattr(dlogits, "dtype") or dlogits.dtype.kind != "f":
+            raise TypeError(f"Transformer.backward: dlogits must be a float array of the logits' shape "
+                            f"{tuple(shape)}, got {getattr(dlogits, 'dtype', type(dlogits).__name__)}")
         if tuple(dlogits.shape) != tuple(shape):
             raise ValueError(f"Transformer.backward: dlogits must have the logits' shape {tuple(shape)}, "
                              f"got {tuple(dlogits.shape)}")

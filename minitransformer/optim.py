@@ -29,14 +29,15 @@ def _is_number(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, numpy.integer, numpy.floating))
 
 
-def _check_positive(owner: str, name: str, value) -> None:
-    if not _is_number(value) or not value > 0:            # `not > 0` also rejects nan
-        raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")
+def _check_positive(owner: str, name: str, value, allow_inf: bool = False) -> None:
+    """A number > 0; finite unless allow_inf (an infinite lr would turn every weight into inf or nan)."""
+    if not _is_number(value) or not value > 0 or (value == math.inf and not allow_inf):  # `not > 0`: nan too
+        raise ValueError(f"{owner}: {name} must be a {'' if allow_inf else 'finite '}positive number, got {value!r}")
 
 
 def _check_non_negative(owner: str, name: str, value) -> None:
-    if not _is_number(value) or not value >= 0:
-        raise ValueError(f"{owner}: {name} must be a number >= 0, got {value!r}")
+    if not _is_number(value) or not 0 <= value < math.inf:
+        raise ValueError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
 
 
 def _check_unit_interval(owner: str, name: str, value) -> None:
@@ -210,6 +211,14 @@ class Adam(Optimizer):
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
         self._allocate_state()
+        # One flat work buffer per dtype, as large as the largest parameter, reused by every parameter at
+        # every step: the update below writes its intermediates into it (out=...) instead of creating five
+        # temporary arrays per parameter per step. Each fresh temporary costs an allocation and page faults
+        # (the embedding matrices are tens of MB); the work buffer costs one parameter's size, once.
+        sizes = {}
+        for p in self.params:
+            sizes[p.data.dtype] = max(sizes.get(p.data.dtype, 0), p.data.size)
+        self._work = {dtype: backend.xp().empty(size, dtype=dtype) for dtype, size in sizes.items()}
 
     @property
     def betas(self) -> tuple:
@@ -227,14 +236,21 @@ class Adam(Optimizer):
             g = p.grad
             if self.weight_decay:
                 g = g + self.weight_decay * p.data              # (shape of p) a new array: p.grad stays as it was
+            work = self._work[p.data.dtype][:p.data.size].reshape(p.data.shape)  # (shape of p) scratch, no copy
+            # The same operations in the same order as the formulas above (so the result is unchanged),
+            # each written in place into m, v or the work buffer.
             m *= beta1
-            m += (1.0 - beta1) * g                              # m = beta1 m + (1 - beta1) g, in place
+            m += xp.multiply(g, 1.0 - beta1, out=work)          # m = beta1 m + (1 - beta1) g
             v *= beta2
-            v += (1.0 - beta2) * (g * g)                        # v = beta2 v + (1 - beta2) g^2, in place
-            denom = xp.sqrt(v)                                  # (shape of p)
+            work = xp.multiply(g, g, out=work)                  # g^2
+            work *= 1.0 - beta2
+            v += work                                           # v = beta2 v + (1 - beta2) g^2
+            denom = xp.sqrt(v, out=work)
             denom /= sqrt_bias_correction2                      # sqrt(v_hat)
             denom += self.eps
-            p.data -= step_size * (m / denom)                   # in place: the only write to the weights
+            update = xp.divide(m, denom, out=work)              # m / (sqrt(v_hat) + eps)
+            update *= step_size
+            p.data -= update                                    # in place: the only write to the weights
 
 
 # ----------------------------------------------------------------------------------------- schedule
@@ -301,7 +317,7 @@ def clip_grad_norm(parameters, max_norm: float) -> float:
     The scaling is decided on the device; the returned float is the one host transfer.
     """
     params = _parameter_list("clip_grad_norm", "parameters", parameters)
-    _check_positive("clip_grad_norm", "max_norm", max_norm)
+    _check_positive("clip_grad_norm", "max_norm", max_norm, allow_inf=True)   # inf: measure, never clip
     xp = backend.xp()
     total_sq = sum(xp.vdot(p.grad.ravel(), p.grad.ravel()) for p in params)  # ()  vdot: no g*g temporary
     total = xp.sqrt(total_sq)                                                # ()

@@ -128,11 +128,11 @@ def _check_ids(ids, vocab_size: int, where: str) -> list[int]:
     elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
         raise TypeError(f"{where}: ids must be a list of int, got {type(ids).__name__}")
     out = []
-    for i in ids:
+    for pos, i in enumerate(ids):
         if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
-            raise TypeError(f"{where}: ids must be ints, got {type(i).__name__}")
+            raise TypeError(f"{where}: ids must be ints, got {type(i).__name__} at ids[{pos}]")
         if not 0 <= i < vocab_size:
-            raise ValueError(f"{where}: id {int(i)} is outside the vocabulary [0, {vocab_size})")
+            raise ValueError(f"{where}: ids[{pos}] = {int(i)} is outside the vocabulary [0, {vocab_size})")
         out.append(int(i))
     return out
 
@@ -166,7 +166,7 @@ class _Tokenizer:
 
     @classmethod
     def from_json(cls, text: str):
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(_parse_json(text, f"{cls.__name__}.from_json", "text"))
 
     def save(self, path) -> Path:
         """Write the vocabulary (and merges) as UTF-8 JSON."""
@@ -176,7 +176,8 @@ class _Tokenizer:
 
     @classmethod
     def load(cls, path):
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        return cls.from_dict(_parse_json(text, f"{cls.__name__}.load", f"path {str(path)!r}"))
 
     def to_dict(self) -> dict:  # pragma: no cover - each tokeniser defines it
         raise NotImplementedError
@@ -402,11 +403,35 @@ def _merge_pair(symbols: list[str], pair: tuple[str, str]) -> list[str]:
 
 
 def _check_dict(data, kind: str, where: str) -> None:
+    """What ``to_dict`` writes: type, tokens (str, specials first, no repeats), merges (str pairs), lowercase."""
     if not isinstance(data, dict) or data.get("type") != kind or "tokens" not in data:
-        raise ValueError(f"{where}: expected a dict with type={kind!r} and tokens, got "
+        raise ValueError(f"{where}: data must be a dict with type={kind!r} and tokens, got "
                          f"{type(data).__name__} with type={data.get('type') if isinstance(data, dict) else None!r}")
-    if list(data["tokens"][: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
-        raise ValueError(f"{where}: tokens must start with {SPECIAL_TOKENS}, got {data['tokens'][:4]!r}")
+    tokens = data["tokens"]
+    if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
+        raise TypeError(f"{where}: data['tokens'] must be a list of str, got {tokens!r:.80}")
+    if list(tokens[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
+        raise ValueError(f"{where}: data's tokens must start with {SPECIAL_TOKENS}, got {tokens[:4]!r}")
+    if len(set(tokens)) != len(tokens):
+        repeated = sorted(t for t, c in Counter(tokens).items() if c > 1)
+        raise ValueError(f"{where}: data['tokens'] must not repeat a token (every later id would shift), "
+                         f"got {repeated[:5]!r} more than once")
+    merges = data.get("merges", [])
+    if not isinstance(merges, (list, tuple)) or not all(
+            isinstance(m, (list, tuple)) and len(m) == 2 and all(isinstance(x, str) for x in m) for m in merges):
+        raise TypeError(f"{where}: data['merges'] must be a list of [str, str] pairs, got {merges!r:.80}")
+    if not isinstance(data.get("lowercase", False), bool):
+        raise TypeError(f"{where}: data['lowercase'] must be a bool, got {data['lowercase']!r}")
+
+
+def _parse_json(text, where: str, what: str):
+    """json.loads, with an error that says which argument held the bad JSON."""
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise TypeError(f"{where}: text must be a JSON str, got {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"{where}: {what} does not hold valid JSON ({err})") from None
 
 
 def tokenizer_from_dict(data: dict):
@@ -419,9 +444,10 @@ def tokenizer_from_dict(data: dict):
 
 def tokenizer_from_json(text: str):
     """A WordTokenizer or BPETokenizer from what its ``to_json`` returned."""
-    return tokenizer_from_dict(json.loads(text))
+    return tokenizer_from_dict(_parse_json(text, "tokenizer_from_json", "text"))
 
 
 def load_tokenizer(path):
     """Read a tokeniser saved with ``save(path)``, whichever kind it is."""
-    return tokenizer_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    text = Path(path).read_text(encoding="utf-8")
+    return tokenizer_from_dict(_parse_json(text, "load_tokenizer", f"path {str(path)!r}"))

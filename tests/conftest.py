@@ -1,19 +1,31 @@
-"""Shared fixtures: every test starts on the NumPy backend in float32 with a fixed seed, and any
-change a test makes to the backend state is undone afterwards."""
+"""Shared fixtures: every test starts on the session's backend in float32 with a fixed seed, and any
+change a test makes to the backend state is undone afterwards.
+
+The session's backend is NumPy, unless MINITRANSFORMER_BACKEND=cupy (benchmarks/gpu.sh runs the gradient
+checks so on a GPU) or MINITRANSFORMER_TEST_BACKEND=fakecupy (the same on tests/fakecupy.py, the CPU
+stand-in for CuPy that refuses implicit device-to-host conversions).
+"""
+
+import os
 
 import numpy as np
 import pytest
 
 import minitransformer as mt
 
+if os.environ.get("MINITRANSFORMER_TEST_BACKEND") == "fakecupy":
+    import fakecupy
+
+    mt.set_backend(fakecupy)
+
 
 @pytest.fixture(autouse=True)
 def _restore_backend():
-    backend, dtype = mt.get_backend(), mt.get_default_dtype()
+    backend, xp, dtype = mt.get_backend(), mt.backend.xp(), mt.get_default_dtype()
     mt.manual_seed(0)
     yield
     if mt.get_backend() != backend:
-        mt.set_backend(backend)
+        mt.set_backend(xp)          # the module itself: the fake has no name set_backend knows
     mt.set_default_dtype(dtype)
 
 

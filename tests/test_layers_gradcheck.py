@@ -55,8 +55,8 @@ def test_single_input_layers(make, x):
 
 def test_layernorm_with_trained_gamma_beta(x, rng):
     ln = L.LayerNorm(D)
-    ln.gamma.data[...] = rng.standard_normal(D)
-    ln.beta.data[...] = rng.standard_normal(D)
+    ln.gamma.data[...] = mt.backend.asarray(rng.standard_normal(D))   # asarray: CuPy takes no host arrays here
+    ln.beta.data[...] = mt.backend.asarray(rng.standard_normal(D))
     check(ln, x * 3 + 1)
 
 
@@ -118,8 +118,10 @@ def test_multi_head_attention_fully_masked_row_has_zero_weight_and_gradient(floa
     mha = L.MultiHeadAttention(D, 2)
     check(mha, x, x.copy(), x.copy(), mask)
     mha.eval()
+    x, mask = mt.backend.asarray(x), mt.backend.asarray(mask)    # on the active backend (CuPy under gpu.sh)
     mha(x, x, x, mask)
-    assert np.all(mha.attn[1] == 0) and np.all(np.isfinite(mha.attn))
+    attn = mt.to_numpy(mha.attn)
+    assert np.all(attn[1] == 0) and np.all(np.isfinite(attn))
 
 
 class _Block(mt.Module):
@@ -166,3 +168,10 @@ def test_report_reads_as_a_table(x):
     text = str(mt.gradcheck.check(L.Linear(D, 4), x))
     assert "input[0]" in text and "W" in text and "PASS" in text
     assert "<table>" in mt.gradcheck.check(L.Linear(D, 4), x)._repr_html_()
+
+
+def test_same_array_passed_as_several_inputs_is_checked_input_by_input(x):
+    """check(mha, x, x, x) must treat query, key and value as separate inputs (and leave x unchanged)."""
+    before = x.copy()
+    check(L.MultiHeadAttention(D, H), x, x, x, mt.masks.subsequent_mask(T))
+    np.testing.assert_array_equal(x, before)

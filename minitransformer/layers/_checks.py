@@ -28,6 +28,37 @@ def check_ids(owner: str, name: str, ids, vocab_size: int) -> None:
                          f"got values in [{int(ids.min())}, {int(ids.max())}]")
 
 
+def check_positive_number(owner: str, name: str, value) -> None:
+    """A finite number > 0, such as an epsilon or a tolerance (nan and inf are refused)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float, numpy.integer, numpy.floating))
+            or not 0.0 < value < float("inf")):
+        raise ValueError(f"{owner}: {name} must be a finite number > 0, got {value!r}")
+
+
+def check_float_array(owner: str, name: str, x) -> None:
+    """Activations: an array (NumPy or the active backend) of a floating dtype."""
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise TypeError(f"{owner}: {name} must be a float array, got {type(x).__name__}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{owner}: {name} must be a float array, got dtype {x.dtype}")
+
+
 def check_last_dim(owner: str, name: str, x, expected: int) -> None:
+    check_float_array(owner, name, x)
     if x.ndim < 1 or x.shape[-1] != expected:
         raise ValueError(f"{owner}: {name} must have last dimension {expected}, got shape {tuple(x.shape)}")
+
+
+def check_mask(owner: str, mask, scores_shape: tuple) -> None:
+    """An attention mask: boolean (True = may attend), broadcastable to the scores' shape (B, H, Tq, Tk)."""
+    if not hasattr(mask, "dtype") or not hasattr(mask, "shape"):
+        raise TypeError(f"{owner}: mask must be a boolean array (True = may attend), got {type(mask).__name__}")
+    if mask.dtype != bool:
+        raise TypeError(f"{owner}: mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
+    try:
+        shape = numpy.broadcast_shapes(tuple(mask.shape), tuple(scores_shape))
+    except ValueError:
+        shape = None
+    if shape != tuple(scores_shape):
+        raise ValueError(f"{owner}: mask must broadcast to the attention scores' shape {tuple(scores_shape)} "
+                         f"(B, H, Tq, Tk), got mask shape {tuple(mask.shape)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..module import Module
+from ._checks import check_float_array
 
 
 class ReLU(Module):
@@ -12,6 +13,7 @@ class ReLU(Module):
     """
 
     def forward(self, x):
+        check_float_array("ReLU", "x", x)
         self.positive = x > 0                                  # (...) bool
         return x * self.positive                               # max(0, x), without a second comparison
 
@@ -32,10 +34,15 @@ class Softmax(Module):
 
     def __init__(self, axis: int = -1):
         super().__init__()
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise TypeError(f"Softmax: axis must be an int, got {axis!r}")
         self.axis = axis
 
     def forward(self, x):
         xp = backend.xp()
+        check_float_array("Softmax", "x", x)
+        if not -x.ndim <= self.axis < x.ndim:
+            raise ValueError(f"Softmax: axis={self.axis} does not exist in x of shape {tuple(x.shape)}")
         shifted = x - x.max(axis=self.axis, keepdims=True)     # (...) every row's max is 0
         e = xp.exp(shifted)                                    # (...)
         self.p = e / e.sum(axis=self.axis, keepdims=True)      # (...)

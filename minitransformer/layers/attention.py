@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
-import numpy
-
 from .. import backend
 from ..module import Module
-from ._checks import check_positive_int, check_probability
+from ._checks import (
+    check_float_array,
+    check_mask,
+    check_positive_int,
+    check_probability,
+)
 from .activations import Softmax
 from .dropout import Dropout
 from .linear import Linear
@@ -27,15 +30,7 @@ class Mask(Module):
 
     def forward(self, scores, mask):
         xp = backend.xp()
-        if mask.dtype != bool:
-            raise TypeError(f"Mask: mask must be a boolean array (True = may attend), got dtype {mask.dtype}")
-        try:
-            shape = numpy.broadcast_shapes(tuple(mask.shape), tuple(scores.shape))
-        except ValueError:
-            shape = None
-        if shape != tuple(scores.shape):
-            raise ValueError(f"Mask: mask must broadcast to the attention scores' shape {tuple(scores.shape)} "
-                             f"(B, H, Tq, Tk), got mask shape {tuple(mask.shape)}")
+        check_mask("Mask", mask, scores.shape)
         self.mask = mask
         return xp.where(mask, scores, scores.dtype.type(MASKED))  # (B,H,Tq,Tk)
 
@@ -65,6 +60,7 @@ class ScaledDotProductAttention(Module):
 
     def forward(self, q, k, v, mask=None):
         xp = backend.xp()
+        self._check_inputs(q, k, v)
         self.scale = 1.0 / math.sqrt(q.shape[-1])
         scores = (q @ k.swapaxes(-1, -2)) * self.scale         # Q K^T / sqrt(d_k)   (B,H,Tq,Tk)
         if mask is not None:
@@ -79,6 +75,18 @@ class ScaledDotProductAttention(Module):
         self.q, self.k, self.v = q, k, v
         self.has_mask = mask is not None
         return self.attn_dropped @ v                           # (B,H,Tq,Dv)
+
+    @staticmethod
+    def _check_inputs(q, k, v):
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            check_float_array("ScaledDotProductAttention", name, x)
+            if x.ndim < 2 or x.shape[:-2] != q.shape[:-2]:
+                raise ValueError(f"ScaledDotProductAttention: q, k and v must have shapes (..., T, d) with the same "
+                                 f"leading axes, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+            raise ValueError(f"ScaledDotProductAttention: q and k must share the last axis (Dk) and k and v the "
+                             f"key axis (Tk): q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv), "
+                             f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
 
     def backward(self, dout):                                  # dout (B,H,Tq,Dv)
         xp = backend.xp()
@@ -135,8 +143,10 @@ class MultiHeadAttention(Module):
         B, _, T, _ = x.shape
         return x.transpose(0, 2, 1, 3).reshape(B, T, self.d_model)
 
-    def _check_inputs(self, query, key, value):
+    def _check_inputs(self, query, key, value, mask=None):
+        # All before the first projection runs: a failed call must not leave W_q waiting for a backward.
         for name, x in (("query", query), ("key", key), ("value", value)):
+            check_float_array("MultiHeadAttention", name, x)
             if x.ndim != 3 or x.shape[-1] != self.d_model:
                 raise ValueError(f"MultiHeadAttention: {name} must have shape (B, T, d_model={self.d_model}), "
                                  f"got {tuple(x.shape)}")
@@ -146,9 +156,11 @@ class MultiHeadAttention(Module):
         if query.shape[0] != key.shape[0]:
             raise ValueError(f"MultiHeadAttention: query and key must have the same batch size, "
                              f"got {query.shape[0]} and {key.shape[0]}")
+        if mask is not None:
+            check_mask("MultiHeadAttention", mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
 
     def forward(self, query, key, value, mask=None):
-        self._check_inputs(query, key, value)
+        self._check_inputs(query, key, value, mask)
         q = self.split_heads(self.W_q(query))                  # (B,H,Tq,Dk)
         k = self.split_heads(self.W_k(key))                    # (B,H,Tk,Dk)
         v = self.split_heads(self.W_v(value))                  # (B,H,Tk,Dk)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..module import Module
-from ._checks import check_probability
+from ._checks import check_float_array, check_probability
 
 
 class Dropout(Module):
@@ -22,6 +22,7 @@ class Dropout(Module):
         self.scaled_mask = None
 
     def forward(self, x):
+        check_float_array("Dropout", "x", x)
         if not self.training or self.p == 0.0:
             self.scaled_mask = None
             return x

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..module import Module
-from ._checks import check_positive_int
+from ._checks import check_positive_int, check_probability
 from .activations import ReLU
 from .dropout import Dropout
 from .linear import Linear
@@ -20,6 +20,7 @@ class PositionwiseFeedForward(Module):
         super().__init__()
         check_positive_int("PositionwiseFeedForward", "d_model", d_model)
         check_positive_int("PositionwiseFeedForward", "d_ff", d_ff)
+        check_probability("PositionwiseFeedForward", "dropout", dropout)
         self.W1 = Linear(d_model, d_ff)
         self.relu = ReLU()
         self.dropout = Dropout(dropout)

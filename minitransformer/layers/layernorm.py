@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..module import Module, Parameter
-from ._checks import check_last_dim, check_positive_int
+from ._checks import check_last_dim, check_positive_int, check_positive_number
 
 
 class LayerNorm(Module):
@@ -23,8 +23,7 @@ class LayerNorm(Module):
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
         check_positive_int("LayerNorm", "d_model", d_model)
-        if not eps > 0:
-            raise ValueError(f"LayerNorm: eps must be > 0, got {eps!r}")
+        check_positive_number("LayerNorm", "eps", eps)
         xp = backend.xp()
         self.d_model, self.eps = d_model, float(eps)
         self.gamma = Parameter(xp.ones(d_model, dtype=backend.get_default_dtype()))   # (D,)

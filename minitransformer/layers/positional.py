@@ -23,10 +23,17 @@ def sinusoidal_table(max_len: int, d_model: int) -> numpy.ndarray:
     return pe
 
 
-def _check_length(owner: str, T: int, offset: int, max_len: int) -> None:
+def _check_length(owner: str, x, offset: int, max_len: int) -> int:
+    """The length T of x (B,T,D), after checking that positions offset..offset+T-1 exist."""
+    if x.ndim < 2:
+        raise ValueError(f"{owner}: x must have shape (..., T, d_model), got shape {tuple(x.shape)}")
+    T = x.shape[-2]
+    if isinstance(offset, bool) or not isinstance(offset, (int, numpy.integer)):
+        raise TypeError(f"{owner}: offset must be an int (the position of the first row), got {offset!r}")
     if offset < 0 or offset + T > max_len:
-        raise ValueError(f"{owner}: sequence positions must be within max_len={max_len}, "
+        raise ValueError(f"{owner}: the positions of x must be within max_len={max_len}, "
                          f"got positions {offset}..{offset + T - 1} (length {T}, offset {offset})")
+    return T
 
 
 class PositionalEncoding(Module):
@@ -47,8 +54,7 @@ class PositionalEncoding(Module):
 
     def forward(self, x, offset: int = 0):                     # x (B,T,D)
         check_last_dim("PositionalEncoding", "x", x, self.d_model)
-        T = x.shape[-2]
-        _check_length("PositionalEncoding", T, offset, self.max_len)
+        T = _check_length("PositionalEncoding", x, offset, self.max_len)
         return x + self.pe[offset:offset + T]                  # (B,T,D)
 
     def backward(self, dout):                                  # dout (B,T,D) -> dx (B,T,D)
@@ -73,8 +79,7 @@ class LearnedPositionalEmbedding(Module):
 
     def forward(self, x, offset: int = 0):                     # x (B,T,D)
         check_last_dim("LearnedPositionalEmbedding", "x", x, self.d_model)
-        T = x.shape[-2]
-        _check_length("LearnedPositionalEmbedding", T, offset, self.max_len)
+        T = _check_length("LearnedPositionalEmbedding", x, offset, self.max_len)
         self.rows = (offset, offset + T)
         return x + self.P.data[offset:offset + T]             # (B,T,D)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..module import Module
+from ._checks import check_probability
 from .dropout import Dropout
 from .layernorm import LayerNorm
 
@@ -21,6 +22,7 @@ class SublayerConnection(Module):
 
     def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5):
         super().__init__()
+        check_probability("SublayerConnection", "dropout", dropout)
         self.norm = LayerNorm(d_model, eps)
         self.dropout = Dropout(dropout)
         self.norm_first = bool(norm_first)

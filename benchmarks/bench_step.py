@@ -1,0 +1,585 @@
+"""Speed of one training step, ours against torch.nn.Transformer on the same CPU, and of cached decoding.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_step.py \
+        [--presets tiny,small,base] [--repeats N] [--json out.json] [--markdown out.md]
+
+For each preset and its batch shape (the shapes of issue 6):
+
+    tiny   the copy task     vocab 14,    batch 64, src 12, tgt 11   (d 64,  4 heads, 2+2 layers, d_ff 128)
+    small  Multi30k size     vocab 8000,  batch 64, src 16, tgt 18   (d 256, 8 heads, 3+3 layers, d_ff 1024)
+    base   the paper's base  vocab 16000, batch 32, src 32, tgt 32   (d 512, 8 heads, 6+6 layers, d_ff 2048)
+
+it times a full float32 training step -- forward, label-smoothed cross-entropy (eps 0.1, padding ignored),
+backward, Adam step, zero_grad -- with tied output embeddings and the preset's dropout, and reports:
+
+- the median step time and tokens/s (real, non-pad source + target tokens, as ``train.Trainer`` counts them);
+- achieved GFLOP/s. Only matrix products are counted, analytically: 2*m*n*k for every (m,k)@(k,n) of the
+  forward (Q/K/V/output projections, Q K^T and A V over the full padded T x T / T x S grids, the two
+  feed-forward layers, the tied output projection); backward costs two products of the same size per
+  forward product (dX and dW, or dQ and dK), so a step is 3x the forward. Softmax, LayerNorm, the loss,
+  dropout, embeddings and Adam are not counted (they are memory-bound and a few percent of the FLOPs);
+- that rate as a fraction of the machine's float32 matmul peak, measured here as the best of several
+  large square NumPy sgemms (n = 3072) with the same thread count, at the start and at the end of the run;
+- peak memory: each implementation runs in a fresh subprocess of its own (ours never imports torch). After
+  the imports the worker records its resident set (VmRSS) and resets the kernel's high-water mark
+  (``echo 5 > /proc/self/clear_refs``); after the timed steps it reads VmHWM. "Step memory" is VmHWM minus
+  that baseline: weights, gradients, optimiser state, activations and whatever the libraries allocate
+  (BLAS buffers, torch's allocator), all of which tracemalloc would miss. Where clear_refs is not allowed
+  the worker falls back to ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (then the import peak is included);
+- greedy decoding of 64-token outputs with the key/value cache against the naive re-run of the whole
+  prefix at every step (``greedy_decode(..., naive=True)``), asserting the same tokens. The EOS row of
+  the (random) target embedding is zeroed first so that an untrained model never stops early: every
+  sentence runs the full 64 tokens.
+
+Where torch is installed, a second worker runs torch.nn.Transformer with the same configuration: the
+same embeddings (scaled by sqrt(d_model)) plus sinusoidal positions and dropout, post-LN layers with ReLU,
+no final encoder/decoder LayerNorm (ours has none in post-LN: custom_encoder/custom_decoder without norm),
+the output projection tied to the target embedding, F.cross_entropy with the same smoothing and
+ignore_index, torch.optim.Adam with the same betas and eps, the same batch, and
+torch.set_num_threads(the BLAS thread count NumPy uses). The two workers run interleaved -- ours, torch,
+ours, torch, ... -- each run timing a few steps, and the ratio ours/torch is printed per pair of runs and
+as the median over pairs. On a shared machine absolute times are noisy; the paired ratios are the figure.
+
+Run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (``env -u``, for this command only) so that
+OpenBLAS picks its native kernel; the script prints which kernel runs (threadpoolctl, when installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+PAD, BOS, EOS, FIRST_SYMBOL = 0, 1, 2, 4
+LABEL_SMOOTHING = 0.1
+DECODE_LEN = 64
+
+# Batch shapes (issue 6) and how many steps one timed run takes (a run lasts about a second).
+SHAPES = {
+    "tiny": {"vocab": 14, "batch": 64, "src_len": 12, "tgt_len": 11, "steps": 20, "decode_batch": 16},
+    "small": {"vocab": 8000, "batch": 64, "src_len": 16, "tgt_len": 18, "steps": 4, "decode_batch": 16},
+    "base": {"vocab": 16000, "batch": 32, "src_len": 32, "tgt_len": 32, "steps": 2, "decode_batch": 8},
+}
+
+
+# ================================================================================ shared by all processes
+
+def model_config(preset: str) -> dict:
+    """The preset's sizes, read from the package (one source of truth for both workers)."""
+    sys.path.insert(0, ROOT)
+    import minitransformer as mt
+
+    shape = SHAPES[preset]
+    cfg = mt.TransformerConfig.preset(preset, src_vocab_size=shape["vocab"], tgt_vocab_size=shape["vocab"],
+                                      max_len=max(shape["src_len"], shape["tgt_len"], DECODE_LEN) + 2)
+    return cfg.to_dict()
+
+
+def make_batch(preset: str, seed: int = 0, batch=None):
+    """src (B,S), tgt_in (B,T), tgt_out (B,T) int64, padded at the end; lengths drawn in [0.6 L, L]."""
+    import numpy
+
+    shape = SHAPES[preset]
+    B = shape["batch"] if batch is None else batch
+    S, T, V = shape["src_len"], shape["tgt_len"], shape["vocab"]
+    rng = numpy.random.default_rng(seed)
+    src = numpy.full((B, S), PAD, dtype=numpy.int64)                       # (B,S)
+    tgt = numpy.full((B, T + 1), PAD, dtype=numpy.int64)                   # (B,T+1) BOS w_1 .. w_n EOS pad..
+    for b in range(B):
+        n_src = int(rng.integers(math.ceil(0.6 * S), S + 1))
+        src[b, :n_src - 1] = rng.integers(FIRST_SYMBOL, V, size=n_src - 1)
+        src[b, n_src - 1] = EOS
+        n_tgt = int(rng.integers(math.ceil(0.6 * T), T + 1))               # real tokens of tgt_out
+        tgt[b, 0] = BOS
+        tgt[b, 1:n_tgt] = rng.integers(FIRST_SYMBOL, V, size=n_tgt - 1)
+        tgt[b, n_tgt] = EOS
+    return src, tgt[:, :-1].copy(), tgt[:, 1:].copy()
+
+
+def real_tokens(src, tgt_out) -> int:
+    return int((src != PAD).sum() + (tgt_out != PAD).sum())
+
+
+def step_matmul_flops(cfg: dict, B: int, S: int, T: int) -> dict:
+    """Matrix-product FLOPs of one training step, counted analytically (see the module docstring)."""
+    D, F, V = cfg["d_model"], cfg["d_ff"], cfg["tgt_vocab_size"]
+    Ns, Nt = B * S, B * T                                   # source / target positions
+    enc_layer = (4 * 2 * Ns * D * D                         # W_q, W_k, W_v, W_o
+                 + 2 * 2 * B * S * S * D                    # Q K^T and A V, all heads together
+                 + 2 * 2 * Ns * D * F)                      # W1, W2
+    dec_layer = (4 * 2 * Nt * D * D + 2 * 2 * B * T * T * D                   # masked self-attention
+                 + 2 * 2 * Nt * D * D + 2 * 2 * Ns * D * D + 2 * 2 * B * T * S * D  # cross: W_q, W_o | W_k, W_v
+                 + 2 * 2 * Nt * D * F)
+    projection = 2 * Nt * D * V
+    forward = cfg["num_encoder_layers"] * enc_layer + cfg["num_decoder_layers"] * dec_layer + projection
+    return {"forward": forward, "step": 3 * forward}
+
+
+def proc_status(field: str) -> int:
+    """A /proc/self/status field in bytes (VmRSS, VmHWM), or -1 where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return -1
+
+
+class MemoryProbe:
+    """Peak resident memory of this process from now on (see the module docstring for the method)."""
+
+    def __init__(self):
+        self.baseline = proc_status("VmRSS")
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")                                # resets VmHWM to the current RSS
+            self.method = "VmHWM after clear_refs, minus VmRSS after imports"
+        except OSError:
+            import resource
+
+            self.method = "ru_maxrss (includes the import peak), minus VmRSS after imports"
+            self.baseline = max(0, self.baseline)
+            self._ru = resource
+
+    def peak(self) -> dict:
+        if hasattr(self, "_ru"):
+            peak = self._ru.getrusage(self._ru.RUSAGE_SELF).ru_maxrss * 1024
+        else:
+            peak = proc_status("VmHWM")
+        return {"peak_rss_mb": peak / 2**20, "baseline_rss_mb": self.baseline / 2**20,
+                "step_mb": (peak - self.baseline) / 2**20, "method": self.method}
+
+
+def blas_info() -> list:
+    try:
+        import threadpoolctl
+    except ImportError:
+        return [{"note": "threadpoolctl not installed: pip install threadpoolctl to see the BLAS kernel"}]
+    return [{k: v for k, v in lib.items() if k in ("internal_api", "version", "architecture", "num_threads",
+                                                   "threading_layer", "filepath")}
+            for lib in threadpoolctl.threadpool_info()]
+
+
+# ===================================================================================== worker processes
+
+def _limit_blas_threads(threads: int):
+    """Our worker: run NumPy's BLAS on `threads` threads (only when asked for a count other than its own)."""
+    info = [lib for lib in blas_info() if lib.get("internal_api") in ("openblas", "mkl", "blis")]
+    current = info[0]["num_threads"] if info else None
+    if current == threads:
+        return None
+    import threadpoolctl
+
+    return threadpoolctl.threadpool_limits(threads, user_api="blas")
+
+
+class OursWorker:
+    def __init__(self, preset: str, threads: int):
+        import numpy
+
+        sys.path.insert(0, ROOT)
+        import minitransformer as mt
+
+        self.np, self.mt = numpy, mt
+        self._limits = _limit_blas_threads(threads)
+        self.memory = MemoryProbe()
+        mt.set_default_dtype("float32")
+        mt.manual_seed(0)
+        self.cfg = mt.TransformerConfig.from_dict(model_config(preset))
+        self.model = mt.Transformer(self.cfg)
+        self.loss_fn = mt.CrossEntropyLoss(ignore_index=PAD, label_smoothing=LABEL_SMOOTHING)
+        self.opt = mt.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.src, self.tgt_in, self.tgt_out = make_batch(preset)
+        self.preset = preset
+        self.info = {"blas": blas_info(), "numpy": numpy.__version__,
+                     "parameters": self.model.num_parameters()}
+
+    def step(self) -> float:
+        logits = self.model(self.src, self.tgt_in)                  # (B,T,V)
+        loss = self.loss_fn(logits, self.tgt_out)
+        self.model.backward(self.loss_fn.backward())
+        self.opt.step()
+        self.opt.zero_grad()
+        return loss
+
+    def decode(self, repeats: int) -> dict:
+        mt, np = self.mt, self.np
+        model = self.model
+        model.tgt_embed.weight.data[EOS] = 0.0                     # its logit h.E[eos] = 0: never the argmax
+        src = make_batch(self.preset, seed=1, batch=SHAPES[self.preset]["decode_batch"])[0]
+        times = {"cached": [], "naive": []}
+        reference = None
+        for _ in range(repeats):
+            for mode in ("cached", "naive"):
+                t0 = time.perf_counter()
+                out = mt.decoding.greedy_decode(model, src, max_len=DECODE_LEN, naive=(mode == "naive"))
+                times[mode].append(time.perf_counter() - t0)
+                reference = out if reference is None else reference
+                if out != reference:
+                    raise AssertionError("cached and naive greedy decoding emitted different tokens")
+        lengths = [len(o) for o in reference]
+        n_tokens = int(np.sum(lengths))
+        cached, naive = statistics.median(times["cached"]), statistics.median(times["naive"])
+        return {"batch": len(lengths), "mean_length": n_tokens / len(lengths), "same_tokens": True,
+                "cached_s": cached, "naive_s": naive, "cached_tokens_per_s": n_tokens / cached,
+                "naive_tokens_per_s": n_tokens / naive, "speedup": naive / cached,
+                "times": times}
+
+
+class TorchWorker:
+    def __init__(self, preset: str, threads: int):
+        import numpy
+        import torch
+        from torch import nn
+        from torch.nn import functional as F
+
+        self.torch, self.F = torch, F
+        torch.set_num_threads(threads)
+        c = model_config(preset)                               # imports minitransformer: before the baseline
+        self.memory = MemoryProbe()
+        torch.manual_seed(0)
+        D = c["d_model"]
+
+        class TorchTransformer(nn.Module):
+            """torch.nn.Transformer dressed as ours: scaled embeddings + sinusoids + dropout, post-LN
+            layers without a final stack LayerNorm, output projection tied to the target embedding."""
+
+            def __init__(self):
+                super().__init__()
+                self.src_embed = nn.Embedding(c["src_vocab_size"], D)
+                self.tgt_embed = nn.Embedding(c["tgt_vocab_size"], D)
+                pos = torch.arange(c["max_len"], dtype=torch.float64)[:, None]
+                angle = pos / torch.pow(10000.0, torch.arange(0, D, 2, dtype=torch.float64) / D)
+                pe = torch.zeros(c["max_len"], D, dtype=torch.float64)
+                pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+                self.register_buffer("pe", pe.float())
+                self.dropout = nn.Dropout(c["dropout"])
+                layer_args = {"d_model": D, "nhead": c["num_heads"], "dim_feedforward": c["d_ff"],
+                              "dropout": c["dropout"], "batch_first": True}
+                encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer_args), c["num_encoder_layers"],
+                                                enable_nested_tensor=False)
+                decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer_args), c["num_decoder_layers"])
+                self.transformer = nn.Transformer(d_model=D, nhead=c["num_heads"], batch_first=True,
+                                                  custom_encoder=encoder, custom_decoder=decoder)
+
+            def forward(self, src, tgt_in):
+                scale = math.sqrt(D)
+                x = self.dropout(self.src_embed(src) * scale + self.pe[:src.shape[1]])
+                y = self.dropout(self.tgt_embed(tgt_in) * scale + self.pe[:tgt_in.shape[1]])
+                T = tgt_in.shape[1]
+                causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)   # True = masked
+                h = self.transformer(x, y, tgt_mask=causal, src_key_padding_mask=src == PAD,
+                                     tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src == PAD)
+                return F.linear(h, self.tgt_embed.weight)                           # tied projection
+
+        self.model = TorchTransformer()
+        self.model.train()
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        src, tgt_in, tgt_out = make_batch(preset)
+        self.src, self.tgt_in, self.tgt_out = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+        self.V = c["tgt_vocab_size"]
+        self.info = {"torch": torch.__version__, "numpy": numpy.__version__, "threads": torch.get_num_threads(),
+                     "parameters": sum(p.numel() for p in self.model.parameters())}
+
+    def step(self) -> float:
+        logits = self.model(self.src, self.tgt_in)
+        loss = self.F.cross_entropy(logits.reshape(-1, self.V), self.tgt_out.reshape(-1), ignore_index=PAD,
+                                    label_smoothing=LABEL_SMOOTHING)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+        return float(loss.detach())
+
+
+def peak_gflops(threads: int, n: int = 3072, repeats: int = 5) -> dict:
+    """The machine's float32 matmul peak: the best of `repeats` n x n NumPy sgemms."""
+    import numpy
+
+    limits = _limit_blas_threads(threads)  # noqa: F841 (kept alive for the measurement)
+    rng = numpy.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=numpy.float32)
+    b = rng.standard_normal((n, n), dtype=numpy.float32)
+    a @ b                                                    # warm-up: BLAS buffers, threads, caches
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    flops = 2.0 * n ** 3
+    return {"n": n, "best_gflops": flops / min(times) / 1e9, "median_gflops": flops / statistics.median(times) / 1e9}
+
+
+def worker_main(kind: str, preset: str, threads: int) -> None:
+    """A worker: answers one JSON line per command read on stdin. Stray prints go to stderr."""
+    out = sys.stdout
+    sys.stdout = sys.stderr
+
+    def reply(obj):
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    if kind == "peak":
+        reply(peak_gflops(threads))
+        return
+    worker = OursWorker(preset, threads) if kind == "ours" else TorchWorker(preset, threads)
+    reply({"ready": True, **worker.info})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["cmd"] == "run":
+            times, loss = [], None
+            for _ in range(cmd["steps"]):
+                t0 = time.perf_counter()
+                loss = worker.step()
+                times.append(time.perf_counter() - t0)
+            reply({"times": times, "loss": float(loss)})
+        elif cmd["cmd"] == "memory":
+            reply(worker.memory.peak())
+        elif cmd["cmd"] == "decode":
+            reply(worker.decode(cmd["repeats"]))
+        elif cmd["cmd"] == "quit":
+            reply({"bye": True})
+            return
+
+
+class Worker:
+    """The parent's handle on a worker subprocess."""
+
+    def __init__(self, kind: str, preset: str, threads: int):
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
+                                      "--worker-preset", preset, "--threads", str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        self.first = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.proc.args[3]} died (exit code {self.proc.wait()}); see stderr above")
+        return json.loads(line)
+
+    def ask(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self):
+        try:
+            self.ask(cmd="quit")
+        finally:
+            self.proc.wait(timeout=60)
+
+
+def measure_peak(threads: int) -> dict:
+    w = Worker("peak", "tiny", threads)
+    w.proc.wait(timeout=300)
+    return w.first
+
+
+# ========================================================================================== the parent
+
+def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, with_torch: bool,
+                 decode_repeats: int) -> dict:
+    shape = SHAPES[preset]
+    cfg = model_config(preset)
+    steps = steps or shape["steps"]
+    src, _, tgt_out = make_batch(preset)
+    B, S, T = src.shape[0], src.shape[1], tgt_out.shape[1]
+    flops = step_matmul_flops(cfg, B, S, T)
+    tokens = real_tokens(src, tgt_out)
+    print(f"\n== {preset}: vocab {shape['vocab']}, batch {B}, src {S}, tgt {T}; d {cfg['d_model']}, "
+          f"{cfg['num_heads']} heads, {cfg['num_encoder_layers']}+{cfg['num_decoder_layers']} layers, "
+          f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; {flops['step'] / 1e9:.2f} GFLOP of matmul per step; "
+          f"{steps} steps per run", flush=True)
+
+    impls = {"ours": Worker("ours", preset, threads)}
+    if with_torch:
+        impls["torch"] = Worker("torch", preset, threads)
+    for name, w in impls.items():
+        w.ask(cmd="run", steps=2)                              # warm-up: first-touch allocations, thread pools
+    times = {name: [] for name in impls}
+    losses = {}
+    pairs = []
+    for i in range(repeats):
+        run_median = {}
+        for name, w in impls.items():                          # ours, torch, ours, torch, ...
+            r = w.ask(cmd="run", steps=steps)
+            times[name] += r["times"]
+            losses[name] = r["loss"]
+            run_median[name] = statistics.median(r["times"])
+        line = f"  pair {i + 1}: ours {1e3 * run_median['ours']:8.1f} ms"
+        if with_torch:
+            ratio = run_median["ours"] / run_median["torch"]
+            pairs.append({"ours_ms": 1e3 * run_median["ours"], "torch_ms": 1e3 * run_median["torch"],
+                          "ratio": ratio})
+            line += f"   torch {1e3 * run_median['torch']:8.1f} ms   ratio ours/torch {ratio:.3f}"
+        print(line, flush=True)
+
+    result = {"shape": {"vocab": shape["vocab"], "batch": B, "src_len": S, "tgt_len": T}, "config": cfg,
+              "steps_per_run": steps, "matmul_gflop_per_step": flops["step"] / 1e9, "tokens_per_step": tokens,
+              "pairs": pairs}
+    for name, w in impls.items():
+        med = statistics.median(times[name])
+        result[name] = {"median_ms": 1e3 * med, "min_ms": 1e3 * min(times[name]), "tokens_per_s": tokens / med,
+                        "gflops": flops["step"] / med / 1e9, "loss": losses[name], "memory": w.ask(cmd="memory"),
+                        **{k: v for k, v in w.first.items() if k != "ready"}}
+    if with_torch:
+        result["ratio_median"] = statistics.median(p["ratio"] for p in pairs)
+        print(f"  median ratio ours/torch {result['ratio_median']:.3f}   (ours {result['ours']['median_ms']:.1f} ms, "
+              f"torch {result['torch']['median_ms']:.1f} ms)", flush=True)
+    if decode_repeats > 0:
+        d = impls["ours"].ask(cmd="decode", repeats=decode_repeats)
+        result["decode"] = d
+        print(f"  greedy decode {d['batch']} x {d['mean_length']:.0f} tokens: cached {d['cached_s']:.2f} s, "
+              f"naive {d['naive_s']:.2f} s, speedup {d['speedup']:.1f}x (same tokens)", flush=True)
+    for w in impls.values():
+        w.close()
+    return result
+
+
+def targets(results: dict, peak: float) -> list:
+    """Issue 6's CPU targets, each as (name, figure, met)."""
+    out = []
+    for preset, limit in (("small", 1.0), ("base", 0.8)):
+        r = results.get(preset)
+        if r and "ratio_median" in r:
+            out.append((f"{preset} step <= {limit}x torch", f"{r['ratio_median']:.2f}x", r["ratio_median"] <= limit))
+    if "base" in results:
+        frac = results["base"]["ours"]["gflops"] / peak
+        out.append(("base step >= 50% of matmul peak", f"{100 * frac:.0f}%", frac >= 0.5))
+    for preset, r in results.items():
+        if "decode" in r:
+            out.append((f"{preset} cached greedy >= 3x naive (64 tokens)", f"{r['decode']['speedup']:.1f}x",
+                        r["decode"]["speedup"] >= 3))
+    for preset, r in results.items():
+        if "torch" in r:
+            ours, ref = r["ours"]["memory"]["step_mb"], r["torch"]["memory"]["step_mb"]
+            out.append((f"{preset} step memory <= torch's", f"{ours:.0f} MB vs {ref:.0f} MB", ours <= ref))
+    return out
+
+
+def markdown(report: dict) -> str:
+    peak = report["peak_gflops"]
+    lines = [f"Measured {report['date']} on {report['machine']['model']} ({report['machine']['cpus']} CPUs), "
+             f"{report['threads']} threads; NumPy {report['numpy']} with {report['blas_kernel']}"
+             + (f", torch {report['torch']}" if report.get("torch") else "")
+             + f". float32 matmul peak (n=3072 sgemm): {peak:.0f} GFLOP/s.",
+             "",
+             ("| preset | batch (B, S, T, V) | ours ms | torch ms | ours/torch (median of pairs) | ours GFLOP/s "
+              "(% peak) | torch GFLOP/s | ours tok/s | step memory ours / torch | greedy 64 tok: cached vs naive |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for preset, r in report["presets"].items():
+        s, o, t = r["shape"], r["ours"], r.get("torch")
+        d = r.get("decode")
+        lines.append(
+            f"| {preset} | {s['batch']}, {s['src_len']}, {s['tgt_len']}, {s['vocab']} | {o['median_ms']:.1f} | "
+            + (f"{t['median_ms']:.1f} | {r['ratio_median']:.2f}x | " if t else "- | - | ")
+            + f"{o['gflops']:.0f} ({100 * o['gflops'] / peak:.0f}%) | "
+            + (f"{t['gflops']:.0f} | " if t else "- | ")
+            + f"{o['tokens_per_s']:,.0f} | {o['memory']['step_mb']:.0f} MB / "
+            + (f"{t['memory']['step_mb']:.0f} MB | " if t else "- | ")
+            + (f"{d['speedup']:.1f}x ({d['cached_tokens_per_s']:,.0f} vs {d['naive_tokens_per_s']:,.0f} tok/s) |"
+               if d else "- |"))
+    lines += ["", "| target (issue 6, CPU) | measured | met |", "|---|---|---|"]
+    lines += [f"| {name} | {fig} | {'yes' if ok else 'no'} |" for name, fig, ok in report["targets"]]
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> dict:
+    info = {"model": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+    try:
+        lscpu = subprocess.run(["lscpu"], check=False, capture_output=True, text=True, timeout=10).stdout
+        info["lscpu_head"] = "\n".join(lscpu.splitlines()[:10])
+        for line in lscpu.splitlines():
+            if line.startswith("Model name:"):
+                info["model"] = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--presets", default="tiny,small,base", help="comma-separated, from tiny,small,base")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved (ours, torch) pairs of runs per preset")
+    p.add_argument("--steps", type=int, default=None, help="training steps per run (default: per preset)")
+    p.add_argument("--threads", type=int, default=None, help="BLAS / torch threads (default: NumPy's BLAS count)")
+    p.add_argument("--decode-repeats", type=int, default=2, help="cached/naive decoding pairs (0 skips decoding)")
+    p.add_argument("--no-torch", action="store_true", help="skip the torch.nn.Transformer comparison")
+    p.add_argument("--json", default=None, help="write the full results as JSON to this file")
+    p.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-preset", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.worker:
+        worker_main(args.worker, args.worker_preset, args.threads)
+        return 0
+
+    presets = [s.strip() for s in args.presets.split(",") if s.strip()]
+    unknown = [s for s in presets if s not in SHAPES]
+    if unknown:
+        p.error(f"--presets: unknown preset(s) {unknown}; choose from {sorted(SHAPES)}")
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
+    import numpy
+
+    blas = blas_info()
+    openblas = [lib for lib in blas if lib.get("internal_api") in ("openblas", "mkl", "blis")]
+    threads = args.threads or (openblas[0]["num_threads"] if openblas else os.cpu_count())
+    kernel = (f"{openblas[0]['internal_api']} {openblas[0].get('version')} kernel "
+              f"{openblas[0].get('architecture')}" if openblas else "BLAS kernel unknown (no threadpoolctl)")
+    try:
+        import importlib.util
+
+        with_torch = not args.no_torch and importlib.util.find_spec("torch") is not None
+    except ValueError:
+        with_torch = False
+    env = {k: os.environ.get(k, "<unset>") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
+                                                     "OMP_NUM_THREADS")}
+    print(f"NumPy {numpy.__version__}, {kernel}, {threads} threads; env {env}")
+    if env["OPENBLAS_CORETYPE"] != "<unset>" or env["OPENBLAS_L2_SIZE"] != "<unset>":
+        print("note: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set; for the native kernel run "
+              "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_step.py`")
+
+    peak_start = measure_peak(threads)
+    print(f"float32 matmul peak (n={peak_start['n']}): {peak_start['best_gflops']:.0f} GFLOP/s best, "
+          f"{peak_start['median_gflops']:.0f} median", flush=True)
+    results = {}
+    for preset in presets:
+        results[preset] = bench_preset(preset, threads, args.repeats, args.steps, with_torch, args.decode_repeats)
+    peak_end = measure_peak(threads)
+    peak = max(peak_start["best_gflops"], peak_end["best_gflops"])
+    print(f"float32 matmul peak again: {peak_end['best_gflops']:.0f} GFLOP/s; using the best, {peak:.0f}")
+
+    torch_version = None
+    for r in results.values():
+        torch_version = r.get("torch", {}).get("torch", torch_version)
+    report = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine(),
+              "python": platform.python_version(), "numpy": numpy.__version__, "torch": torch_version,
+              "blas": blas, "blas_kernel": kernel, "env": env, "threads": threads, "peak_gflops": peak,
+              "peak_runs": [peak_start, peak_end], "presets": results}
+    report["targets"] = targets(results, peak)
+    table = markdown(report)
+    print("\n" + table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,733 @@
+"""The command line: ``minitransformer train | translate | evaluate | gradcheck | download``.
+
+    minitransformer train --task copy --out runs/copy          # seconds; 100% exact match
+    minitransformer train --task toy --out runs/toy            # minutes; English -> German, BLEU
+    minitransformer translate --checkpoint runs/toy "the dog sees the cat ."
+    minitransformer evaluate --checkpoint runs/toy --split test --beam-size 4
+    minitransformer gradcheck                                  # every layer's finite-difference check
+    minitransformer download --dir data/multi30k
+
+``python -m minitransformer ...`` is the same. ``train`` writes into --out: metrics.json, checkpoint.npz
+(plus checkpoint-<step>.npz, the last few), loss.png and attention.png. ``--resume`` continues a run
+killed or stopped earlier from its checkpoint, with exactly the numbers the uninterrupted run would have.
+
+Errors in what the user typed (unknown task, a missing checkpoint, a damaged file) give a one-line message
+and exit code 2, never a traceback; set MINITRANSFORMER_TRACEBACK=1 to see one anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy
+
+from . import backend
+from .module import Module
+
+TASKS = ("copy", "reverse", "toy", "multi30k")
+PRESETS = ("tiny", "small", "base")
+
+# Defaults per task, tuned on a 2-core CPU (see the benchmarks). "model" overrides the preset's sizes when
+# no --preset is given. Every value can be changed on the command line.
+# copy and reverse: one encoder and one decoder layer of width 32 learn them fastest on a CPU (measured:
+# 100% exact match after 900-1500 steps for copy, 3400-4000 for reverse; 2+2 layers need more steps, each slower).
+_SYMBOL_MODEL = {"d_model": 32, "num_heads": 2, "d_ff": 64, "dropout": 0.0, "num_encoder_layers": 1,
+                 "num_decoder_layers": 1}
+TASK_DEFAULTS = {
+    "copy": {"preset": "tiny", "model": _SYMBOL_MODEL,
+             "batch_size": 64, "steps": 3000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
+             "label_smoothing": 0.0, "eval_every": 100, "save_every": 500, "target": 1.0},
+    "reverse": {"preset": "tiny", "model": _SYMBOL_MODEL,
+                "batch_size": 64, "steps": 10000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
+                "label_smoothing": 0.0, "eval_every": 200, "save_every": 1000, "target": 1.0},
+    "toy": {"preset": "tiny", "model": {"dropout": 0.1},
+            "max_tokens": 2000, "steps": 3000, "lr_factor": 1.0, "warmup": 200, "clip_norm": 1.0,
+            "label_smoothing": 0.1, "eval_every": 250, "save_every": 250, "target": 99.0},
+    "multi30k": {"preset": "small", "model": {},
+                 "max_tokens": 4000, "epochs": 20, "steps": None, "lr_factor": 1.0, "warmup": 2000, "clip_norm": 1.0,
+                 "label_smoothing": 0.1, "eval_every": 2000, "save_every": 1000, "target": None, "vocab_size": 8000},
+}
+# What --resume may change: when and how the run stops and reports, never what it computes.
+RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "target",
+                       "progress", "plots", "heldout", "beam_size", "on_nonfinite", "limit")
+
+
+class CLIError(Exception):
+    """A mistake in what the user asked for: printed as one line, exit code 2."""
+
+
+# ============================================================================ argument parsing
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minitransformer",
+        description="The Transformer of 'Attention Is All You Need' in NumPy: train, translate, evaluate, check.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    t = sub.add_parser("train", help="train a model on a task and write metrics, checkpoint and plots",
+                       description="Train from scratch (or --resume) and write DIR/metrics.json, DIR/checkpoint.npz, "
+                                   "DIR/loss.png and DIR/attention.png. Unset options take the task's defaults.")
+    t.add_argument("--task", required=True, choices=TASKS, help="what to learn")
+    t.add_argument("--preset", choices=PRESETS, help="model size (default: the task's tuned size)")
+    t.add_argument("--out", default=None, help="output folder (default: runs/<task>)")
+    t.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (default 0)")
+    stop = t.add_mutually_exclusive_group()
+    stop.add_argument("--steps", type=_positive_int, help="stop after this many optimiser steps")
+    stop.add_argument("--epochs", type=_positive_int, help="stop after this many epochs")
+    t.add_argument("--max-minutes", type=_positive_float, help="stop after this much time (minutes)")
+    t.add_argument("--target", type=_float, help="stop early when the validation metric reaches this "
+                                                 "(exact match in [0, 1], or BLEU)")
+    t.add_argument("--batch-size", type=_positive_int, help="sequences per batch (copy, reverse)")
+    t.add_argument("--max-tokens", type=_positive_int, help="token budget per batch and side (toy, multi30k)")
+    t.add_argument("--lr-factor", type=_positive_float, help="factor of the Noam learning-rate schedule")
+    t.add_argument("--warmup", type=_positive_int, help="warmup steps of the Noam schedule")
+    t.add_argument("--label-smoothing", type=_probability, help="label smoothing epsilon (paper: 0.1)")
+    t.add_argument("--clip-norm", type=_positive_float, help="clip the gradient norm to this")
+    t.add_argument("--dropout", type=_probability, help="dropout rate (overrides the preset)")
+    t.add_argument("--d-model", type=_positive_int, help="model width (overrides the preset)")
+    t.add_argument("--heads", type=_positive_int, help="attention heads (overrides the preset)")
+    t.add_argument("--layers", type=_positive_int, help="encoder and decoder layers each (overrides the preset)")
+    t.add_argument("--d-ff", type=_positive_int, help="feed-forward width (overrides the preset)")
+    t.add_argument("--vocab-size", type=_positive_int, help="BPE vocabulary size (multi30k)")
+    t.add_argument("--eval-every", type=_positive_int, help="evaluate every so many steps")
+    t.add_argument("--save-every", type=_positive_int, help="save a checkpoint every so many steps")
+    t.add_argument("--keep", type=_positive_int, default=None, help="checkpoints to keep (default 5)")
+    t.add_argument("--heldout", type=_positive_int, help="held-out sequences for exact match (copy, reverse; "
+                                                         "default 1000)")
+    t.add_argument("--beam-size", type=_positive_int, help="beam size of the final test evaluation "
+                                                           "(default 1: greedy)")
+    t.add_argument("--limit", type=_positive_int, help="score only the first N valid/test sentences "
+                                                       "(toy, multi30k; default: 200 valid, all test)")
+    t.add_argument("--data-dir", help="folder with the Multi30k files (default: see `download`)")
+    t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip "
+                                                                     "the step")
+    t.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    t.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress bar")
+    t.add_argument("--no-plots", dest="plots", action="store_false", default=None, help="write no PNG files")
+
+    tr = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
+                        description="Translate the sentences given, or else every line of standard input "
+                                    "(one output line per input line).")
+    tr.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
+    tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
+    tr.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
+    tr.add_argument("--alpha", type=_float, default=0.6, help="length penalty of beam search (default 0.6)")
+
+    ev = sub.add_parser("evaluate", help="BLEU (or exact match) of a checkpoint on a data split")
+    ev.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
+    ev.add_argument("--split", default="test", choices=("train", "valid", "test"), help="data split (default test)")
+    ev.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
+    ev.add_argument("--alpha", type=_float, default=0.6, help="length penalty of beam search (default 0.6)")
+    ev.add_argument("--average", type=_positive_int, default=None,
+                    help="average the weights of the last N saved checkpoints (paper §6.1)")
+    ev.add_argument("--data-dir", help="folder with the Multi30k files")
+    ev.add_argument("--json", dest="json_path", help="write the result here (default: <run>/eval-<split>.json)")
+    ev.add_argument("--limit", type=_positive_int, help="evaluate only the first N sentences")
+
+    gc = sub.add_parser("gradcheck", help="finite-difference check of every layer's backward (float64)")
+    gc.add_argument("--max-entries", type=_positive_int, default=30,
+                    help="entries checked per tensor, at random (default 30)")
+    gc.add_argument("--seed", type=_non_negative_int, default=0)
+    gc.add_argument("--verbose", action="store_true", help="print every tensor's row, not only each layer's")
+
+    dl = sub.add_parser("download", help="fetch the Multi30k task-1 files")
+    dl.add_argument("--dir", default=None, help="where to put them (default: see datasets.multi30k_dir)")
+    return parser
+
+
+# ============================================================================ tasks and models
+
+def _settings(args) -> dict:
+    """The task's defaults, overridden by every option given on the command line."""
+    d = TASK_DEFAULTS[args.task]
+    s = {k: v for k, v in d.items() if k != "model"}
+    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=None, keep=5, heldout=1000, beam_size=1,
+             on_nonfinite="stop", progress=True, plots=True, preset=d["preset"], model=dict(d["model"]),
+             data_dir=None, limit=None)
+    if args.preset is not None:
+        s["preset"], s["model"] = args.preset, {}
+    for key in ("seed", "max_minutes", "target", "batch_size", "max_tokens", "lr_factor", "warmup", "label_smoothing",
+                "clip_norm", "vocab_size", "eval_every", "save_every", "keep", "heldout", "beam_size", "data_dir",
+                "on_nonfinite", "progress", "plots", "limit"):
+        value = getattr(args, key, None)
+        if value is not None:
+            s[key] = value
+    if args.steps is not None:
+        s["steps"], s["epochs"] = args.steps, None
+    if args.epochs is not None:
+        s["epochs"], s["steps"] = args.epochs, None
+    for flag, key in (("dropout", "dropout"), ("d_model", "d_model"), ("heads", "num_heads"), ("d_ff", "d_ff")):
+        value = getattr(args, flag)
+        if value is not None:
+            s["model"][key] = value
+    if args.layers is not None:
+        s["model"]["num_encoder_layers"] = s["model"]["num_decoder_layers"] = args.layers
+    return s
+
+
+def _make_config(settings: dict, src_vocab: int, tgt_vocab: int, **extra):
+    from .model import TransformerConfig
+
+    return TransformerConfig.preset(settings["preset"], src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab,
+                                    **{**settings["model"], **extra})
+
+
+def _sequence_task(settings: dict):
+    from .tasks import SequenceTask
+
+    return SequenceTask(settings["task"])
+
+
+def _load_pairs(task: str, split: str, data_dir=None) -> list:
+    """(source text, target text) pairs of a translation task's split."""
+    from . import datasets
+
+    if task == "toy":
+        return datasets.load_toy(split)
+    return datasets.load_multi30k(data_dir, split)
+
+
+def _encode_pairs(pairs, src_tok, tgt_tok, max_len: int) -> list:
+    """Token id pairs; pairs longer than max_len on either side (or empty) are dropped."""
+    out = []
+    for src, tgt in pairs:
+        s, t = src_tok.encode(src), tgt_tok.encode(tgt)
+        if 0 < len(s) <= max_len and 0 < len(t) < max_len:
+            out.append((s, t))
+    return out
+
+
+def _build_tokenizers(task: str, settings: dict, train_pairs: list):
+    from .tokenizers import BPETokenizer, WordTokenizer
+
+    if task == "toy":
+        return (WordTokenizer.build([s for s, _ in train_pairs]), WordTokenizer.build([t for _, t in train_pairs]))
+    texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
+    shared = BPETokenizer.learn(texts, vocab_size=settings["vocab_size"], lowercase=True)
+    return shared, shared
+
+
+def _tokenizers_from_checkpoint(ck):
+    from .tokenizers import tokenizer_from_json
+
+    if not ck.tokenizers:
+        return None, None
+    return tokenizer_from_json(ck.tokenizers["src"]), tokenizer_from_json(ck.tokenizers["tgt"])
+
+
+def _model_from_checkpoint(ck, weights=None):
+    from .model import Transformer, TransformerConfig
+
+    if ck.config is None:
+        raise CLIError(f"checkpoint {ck.path} holds no model config")
+    model = Transformer(TransformerConfig.from_dict(ck.config))
+    model.load_state_dict(ck.weights if weights is None else weights)
+    model.eval()
+    return model
+
+
+# ============================================================================ metrics
+
+def translate_texts(model, src_tok, tgt_tok, texts, beam_size: int = 1, alpha: float = 0.6,
+                    batch_size: int = 100) -> list:
+    """Translate sentences (batched, sorted by length); returns the detokenised outputs in input order."""
+    from .decoding import beam_search, greedy_decode
+
+    c = model.config
+    from .tokenizers import UNK
+
+    encoded = [src_tok.encode(text)[: c.max_len] or [UNK] for text in texts]  # an empty line still needs a token
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    out = [None] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        src = numpy.full((len(idx), max(len(encoded[i]) for i in idx)), c.pad_id, dtype=numpy.int64)  # (B,S)
+        for row, i in enumerate(idx):
+            src[row, :len(encoded[i])] = encoded[i]
+        if beam_size > 1:
+            hyps = beam_search(model, src, beam_size=beam_size, alpha=alpha)
+        else:
+            hyps = greedy_decode(model, src)
+        for i, h in zip(idx, hyps):
+            out[i] = tgt_tok.decode(h)
+    return out
+
+
+def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1) -> tuple:
+    from .bleu import corpus_bleu
+
+    hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in pairs], beam_size=beam_size)
+    return corpus_bleu(hyps, [t for _, t in pairs], lowercase=lowercase), hyps
+
+
+# ============================================================================ plots
+
+def _save_figure(fig, path: str) -> None:
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
+def _plot_loss(trainer, path: str) -> None:
+    from . import viz
+
+    steps = numpy.array([h[0] for h in trainer.history], dtype=float)       # (n,)
+    losses = numpy.array([h[1] for h in trainer.history], dtype=float)      # (n,)
+    valid = [(s, v) for s, v, _ in trainer.valid_history if math.isfinite(v)]
+    valid_series = None
+    if valid:
+        valid_series = (numpy.array([s for s, _ in valid], dtype=float), numpy.array([v for _, v in valid]))
+    positive = bool((losses > 0).all()) and (valid_series is None or bool((valid_series[1] > 0).all()))
+    _save_figure(viz.loss_curves((steps, losses), valid_series, title="Training loss", logy=positive), path)
+
+
+def _plot_attention(model, src_ids, src_labels, tgt_label_fn, path: str, title: str) -> None:
+    """Cross-attention of every decoder layer and head for one source sentence and the model's own output."""
+    from . import viz
+    from .decoding import greedy_decode
+
+    c = model.config
+    model.eval()
+    src = numpy.asarray([src_ids], dtype=numpy.int64)                        # (1,S)
+    hyp = greedy_decode(model, src)[0]
+    tgt_in = numpy.asarray([[c.bos_id] + hyp], dtype=numpy.int64)            # (1,T)
+    model(src, tgt_in)
+    cross = [a[0] for a in model.attention_maps()["decoder_cross"]]          # per layer (H,T,S)
+    if len(cross) > 4:
+        cross = cross[-1]
+    y_labels = [tgt_label_fn(i) for i in hyp] + ["<eos>"]
+    _save_figure(viz.attention_grid(cross, x_labels=src_labels, y_labels=y_labels, title=title), path)
+
+
+# ============================================================================ train
+
+def cmd_train(args) -> int:
+    from . import checkpoint as ckpt
+    from .loss import CrossEntropyLoss
+    from .model import Transformer
+    from .optim import Adam, NoamSchedule
+    from .train import Trainer
+
+    settings = _settings(args)
+    out = args.out or os.path.join("runs", args.task)
+    resume_from = None
+    if args.resume:
+        latest = os.path.join(out, ckpt.LATEST)
+        if os.path.exists(latest):
+            resume_from = ckpt.load_checkpoint(latest)
+            saved = resume_from.extra.get("settings")
+            if saved is None or saved.get("task") != args.task:
+                raise CLIError(f"--resume: {latest} is not a checkpoint of a `train --task {args.task}` run")
+            given = {k: v for k, v in settings.items() if k in RESUMABLE_OVERRIDES}
+            ignored = sorted(k for k, v in settings.items() if k not in RESUMABLE_OVERRIDES and saved.get(k) != v
+                             and k not in ("data_dir",))
+            settings = {**saved, **given, "data_dir": settings["data_dir"] or saved.get("data_dir")}
+            if ignored:
+                print(f"--resume: continuing with the saved run's settings for {', '.join(ignored)}", file=sys.stderr)
+        else:
+            print(f"--resume: no checkpoint in {out} yet ({latest} does not exist): starting from scratch",
+                  file=sys.stderr)
+    os.makedirs(out, exist_ok=True)
+    task = settings["task"]
+    backend.manual_seed(settings["seed"])
+    wall_start = time.perf_counter()
+
+    # -- data and model -----------------------------------------------------------------------------
+    tokenizers = {}
+    if task in ("copy", "reverse"):
+        from .tasks import TaskBatches, exact_match, heldout_batches
+
+        seq = _sequence_task(settings)
+        config = _make_config(settings, seq.vocab_size, seq.vocab_size, max_len=max(64, seq.max_len + 2))
+        train_data = TaskBatches(seq, batch_size=settings["batch_size"], seed=settings["seed"])
+        heldout = seq.heldout(settings["heldout"])
+        valid_batches = heldout_batches(heldout)
+
+        def metric_fn(model):
+            return exact_match(model, heldout)
+    else:
+        from .batching import BucketBatcher
+
+        train_text = _load_pairs(task, "train", settings["data_dir"])
+        valid_text = _load_pairs(task, "valid", settings["data_dir"])
+        if resume_from is not None:
+            src_tok, tgt_tok = _tokenizers_from_checkpoint(resume_from)
+        else:
+            print(f"building vocabularies from {len(train_text)} training pairs ...")
+            src_tok, tgt_tok = _build_tokenizers(task, settings, train_text)
+        tokenizers = {"src": src_tok.to_json(), "tgt": tgt_tok.to_json()}
+        max_len = 256
+        config = _make_config(settings, src_tok.vocab_size, tgt_tok.vocab_size, max_len=max_len,
+                              share_embeddings=src_tok is tgt_tok or task == "multi30k")
+        train_ids = _encode_pairs(train_text, src_tok, tgt_tok, max_len - 1)
+        valid_ids = _encode_pairs(valid_text, src_tok, tgt_tok, max_len - 1)
+        train_data = BucketBatcher(train_ids, max_tokens=settings["max_tokens"], seed=settings["seed"])
+        valid_batcher = BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False)
+        valid_batches = [valid_batcher.batch(ix) for ix in valid_batcher.batches_for_epoch(0)]
+        lowercase = task == "multi30k"
+        eval_pairs = valid_text[:min(200, settings["limit"] or 200)]
+
+        def metric_fn(model):
+            return bleu_of(model, src_tok, tgt_tok, eval_pairs, lowercase)[0]
+
+    model = Transformer(config)
+    loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
+    optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
+    trainer = Trainer(
+        model, loss_fn, optimizer, train_data, scheduler=scheduler, valid_data=valid_batches,
+        clip_norm=settings["clip_norm"], max_steps=settings.get("steps"), max_epochs=settings.get("epochs"),
+        max_seconds=None if settings.get("max_minutes") is None else 60.0 * settings["max_minutes"],
+        eval_every=settings["eval_every"], metric_fn=metric_fn, target=settings.get("target"),
+        checkpoint_dir=out, save_every=settings["save_every"], keep=settings["keep"],
+        on_nonfinite=settings["on_nonfinite"], progress=settings["progress"], config=config.to_dict(),
+        tokenizers=tokenizers, extra={"task": task, "settings": settings})
+    if resume_from is not None:
+        trainer.resume(resume_from.path)
+        print(f"resumed {out} at step {trainer.step} (epoch {train_data.epoch}, "
+                         f"batch {train_data.position})")
+    print(f"training {task}: {model.num_parameters():,} parameters, d_model={config.d_model}, "
+                     f"heads={config.num_heads}, layers={config.num_encoder_layers}+{config.num_decoder_layers}, "
+                     f"d_ff={config.d_ff} -> {out}")
+    summary = trainer.fit()
+
+    # -- final evaluation ---------------------------------------------------------------------------
+    model.eval()
+    metrics = {"task": task, "steps": summary["steps"], "epoch": summary["epoch"], "loss": summary["loss"],
+               "valid_loss": summary["valid_loss"], "train_seconds": summary["train_seconds"],
+               "train_cpu_seconds": summary["train_cpu_seconds"],
+               "tokens_per_second": summary["tokens_per_second"], "stop_reason": summary["stop_reason"],
+               "skipped_steps": summary["skipped_steps"], "seed": settings["seed"], "config": config.to_dict(),
+               "settings": settings}
+    if task in ("copy", "reverse"):
+        score = exact_match(model, heldout)
+        metrics.update(exact_match=score, heldout=len(heldout), decoding="greedy")
+        print(f"exact match on {len(heldout)} held-out sequences: {100 * score:.1f}%")
+        example = heldout[0][0]
+        src_labels = [str(i) for i in example]
+
+        def label(i):
+            return str(i)
+    else:
+        test_text = _load_pairs(task, "test", settings["data_dir"])[: settings["limit"]]
+        lowercase = task == "multi30k"
+        score, hyps = bleu_of(model, src_tok, tgt_tok, test_text, lowercase, beam_size=settings["beam_size"])
+        metrics.update(bleu=score, split="test", sentences=len(test_text), lowercase=lowercase,
+                       decoding="greedy" if settings["beam_size"] == 1 else f"beam {settings['beam_size']}")
+        print("sample translations (test):")
+        for (src, ref), hyp in list(zip(test_text, hyps))[:5]:
+            print(f"  source     {src}\n  reference  {ref}\n  model      {hyp}\n")
+        print(f"test BLEU ({metrics['decoding']}{', lowercased' if lowercase else ''}, {len(test_text)} sentences): "
+              f"{score:.2f}")
+        example_text = next((s for s, _ in test_text if "because" in s.split() or "weil" in s.split()), test_text[0][0])
+        example = src_tok.encode(example_text)
+        src_labels = [src_tok.vocab.lookup_token(i) for i in example]
+
+        def label(i):
+            return tgt_tok.vocab.lookup_token(i)
+    metrics["wall_seconds"] = time.perf_counter() - wall_start
+    metrics_path = os.path.join(out, "metrics.json")
+    with open(metrics_path, "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2)
+    if settings["plots"]:
+        _plot_loss(trainer, os.path.join(out, "loss.png"))
+        _plot_attention(model, example, src_labels, label, os.path.join(out, "attention.png"),
+                        title=f"Cross-attention ({task}, a held-out example)")
+    print(f"wrote {metrics_path}, {os.path.join(out, ckpt.LATEST)}"
+                     + (", loss.png, attention.png" if settings["plots"] else "")
+                     + f"  ({summary['train_seconds']:.1f} s of training, {summary['steps']} steps, "
+                       f"{summary['tokens_per_second']:,.0f} tokens/s)")
+    return 0
+
+
+# ============================================================================ translate, evaluate
+
+def _load_run(path, average: int | None = None):
+    """(checkpoint, model, src tokenizer, tgt tokenizer, the checkpoint files used) of a run folder or file."""
+    from . import checkpoint as ckpt
+
+    file = ckpt.resolve_checkpoint(path)
+    ck = ckpt.load_checkpoint(file)
+    used = [file]
+    weights = None
+    if average is not None:
+        folder = os.path.dirname(os.path.abspath(file))
+        used = ckpt.last_checkpoints(folder, average)
+        if not used:
+            raise CLIError(f"--average {average}: no checkpoint-<step>.npz files in {folder}")
+        if len(used) < average:
+            print(f"--average {average}: only {len(used)} checkpoints in {folder}; averaging those",
+                  file=sys.stderr)
+        weights = ckpt.average_checkpoints(used)
+    model = _model_from_checkpoint(ck, weights)
+    src_tok, tgt_tok = _tokenizers_from_checkpoint(ck)
+    return ck, model, src_tok, tgt_tok, used
+
+
+def cmd_translate(args) -> int:
+    _, model, src_tok, tgt_tok, _ = _load_run(args.checkpoint)
+    lines = args.sentences if args.sentences else [line.rstrip("\n") for line in sys.stdin]
+    if src_tok is None:
+        return _translate_ids(model, lines, args)
+    outputs = translate_texts(model, src_tok, tgt_tok, lines, beam_size=args.beam_size, alpha=args.alpha)
+    for line, text in zip(lines, outputs):
+        print(text if line.strip() else "")
+    return 0
+
+
+def _translate_ids(model, lines, args) -> int:
+    """copy/reverse checkpoints have no tokeniser: the input is symbol ids separated by spaces."""
+    from .decoding import beam_search, greedy_decode
+
+    vocab = model.config.src_vocab_size
+    for line in lines:
+        try:
+            ids = [int(x) for x in line.split()]
+        except ValueError:
+            raise CLIError(f"this checkpoint has no tokeniser (a copy/reverse task): give token ids separated by "
+                           f"spaces, e.g. \"4 5 6\", got {line!r}") from None
+        if not ids:
+            print()
+            continue
+        if min(ids) < 4 or max(ids) >= vocab:
+            raise CLIError(f"symbol ids must be in [4, {vocab}) for this checkpoint, got {line!r}")
+        src = numpy.asarray([ids], dtype=numpy.int64)                         # (1,S)
+        hyp = (beam_search(model, src, beam_size=args.beam_size, alpha=args.alpha) if args.beam_size > 1
+               else greedy_decode(model, src))[0]
+        print(" ".join(str(i) for i in hyp))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    ck, model, src_tok, tgt_tok, used = _load_run(args.checkpoint, args.average)
+    task = ck.extra.get("task")
+    settings = ck.extra.get("settings") or {}
+    result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": args.split,
+              "beam_size": args.beam_size, "averaged": len(used) if args.average else 1, "step": ck.step}
+    if task in ("copy", "reverse"):
+        from .tasks import SequenceTask, exact_match
+
+        pairs = SequenceTask(task).heldout(settings.get("heldout", 1000))[: args.limit]
+        score = exact_match(model, pairs)
+        result.update(exact_match=score, sentences=len(pairs))
+        print(f"exact match ({task}, {len(pairs)} held-out sequences): {100 * score:.2f}%")
+    elif task in ("toy", "multi30k"):
+        if src_tok is None:
+            raise CLIError(f"checkpoint {used[-1]} holds no tokenisers; cannot evaluate a translation task")
+        pairs = _load_pairs(task, args.split, args.data_dir or settings.get("data_dir"))[: args.limit]
+        lowercase = task == "multi30k"
+        score, _ = bleu_of(model, src_tok, tgt_tok, pairs, lowercase, beam_size=args.beam_size)
+        result.update(bleu=score, sentences=len(pairs), lowercase=lowercase)
+        decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
+        avg = f", average of {len(used)} checkpoints" if args.average else ""
+        print(f"BLEU ({task} {args.split}, {len(pairs)} sentences, {decoding}{avg}"
+              f"{', lowercased' if lowercase else ''}): {score:.2f}")
+    else:
+        raise CLIError(f"checkpoint {used[-1]} does not say which task it was trained on (task={task!r})")
+    json_path = args.json_path or os.path.join(os.path.dirname(os.path.abspath(used[-1])), f"eval-{args.split}.json")
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    return 0
+
+
+# ============================================================================ gradcheck
+
+def gradcheck_cases(rng: numpy.random.Generator):
+    """(label, module, inputs) for every layer class, built in float64 with small, distinct sizes."""
+    from . import layers, masks
+    from .model import DecoderLayer, EncoderLayer, Transformer, TransformerConfig
+
+    B, S, T, D, H, F, V = 2, 5, 4, 6, 2, 10, 7
+
+    def x(*shape):
+        return rng.standard_normal(shape)
+
+    src = numpy.array([[4, 5, 6, 3, 5], [6, 4, 3, 0, 0]])                      # (B,S) padded
+    tgt = numpy.array([[1, 4, 6, 5], [1, 3, 4, 0]])                            # (B,T) padded
+    src_mask = masks.padding_mask(src, 0)                                      # (B,1,1,S)
+    tgt_mask = masks.padding_mask(tgt, 0) & masks.subsequent_mask(T)           # (B,1,T,T)
+    cases = [
+        ("Linear", layers.Linear(D, 3), (x(B, T, D),)),
+        ("Embedding", layers.Embedding(V, D, scale=True), (numpy.array([[1, 2, 2, 6], [0, 6, 3, 1]]),)),
+        ("PositionalEncoding", layers.PositionalEncoding(D, max_len=16), (x(B, T, D),)),
+        ("LearnedPositionalEmbedding", layers.LearnedPositionalEmbedding(16, D), (x(B, T, D),)),
+        ("Dropout", layers.Dropout(0.3), (x(B, T, D),)),
+        ("ReLU", layers.ReLU(), (x(B, T, D),)),
+        ("Softmax", layers.Softmax(axis=-1), (x(B, T, D),)),
+        ("LayerNorm", layers.LayerNorm(D), (x(B, T, D),)),
+        ("PositionwiseFeedForward", layers.PositionwiseFeedForward(D, F), (x(B, T, D),)),
+        ("ScaledDotProductAttention", layers.ScaledDotProductAttention(),
+         (x(B, H, T, 3), x(B, H, S, 3), x(B, H, S, 3), src_mask)),
+        ("MultiHeadAttention (self, causal)", _SelfAttention(layers.MultiHeadAttention(D, H)),
+         (x(B, T, D), tgt_mask)),
+        ("MultiHeadAttention (cross)", layers.MultiHeadAttention(D, H), (x(B, T, D), x(B, S, D), x(B, S, D), src_mask)),
+        ("EncoderLayer", EncoderLayer(D, H, F), (x(B, S, D), src_mask)),
+        ("DecoderLayer", DecoderLayer(D, H, F), (x(B, T, D), x(B, S, D), tgt_mask, src_mask)),
+    ]
+    config = TransformerConfig(V, V, d_model=D, num_heads=H, num_encoder_layers=2, num_decoder_layers=2, d_ff=F,
+                               dropout=0.0, max_len=16, share_embeddings=True)
+    cases.append(("Transformer", Transformer(config), (src, tgt)))
+    target = numpy.array([[4, 6, 5, 2], [3, 4, 2, 0]])                         # (B,T)
+    from .loss import CrossEntropyLoss
+
+    cases.append(("CrossEntropyLoss", _LossModule(CrossEntropyLoss(ignore_index=0, label_smoothing=0.1), target),
+                  (x(B, T, V),)))
+    return cases
+
+
+class _SelfAttention(Module):
+    """Self-attention as a module of one input: forward(x, mask) = MHA(x, x, x, mask); dx = dq + dk + dv."""
+
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, x, mask=None):
+        return self.mha(x, x, x, mask)                                         # (B,T,D)
+
+    def backward(self, dout):
+        dq, dk, dv = self.mha.backward(dout)
+        return dq + dk + dv                                                    # (B,T,D)
+
+
+class _LossModule(Module):
+    """CrossEntropyLoss as a module of the logits, so that gradcheck treats it like a layer."""
+
+    def __init__(self, loss_fn, target):
+        super().__init__()
+        self.loss_fn, self.target = loss_fn, target
+
+    def forward(self, logits):
+        return numpy.asarray(self.loss_fn(logits, self.target))                # () the loss
+
+    def backward(self, dout):
+        return self.loss_fn.backward() * dout                                  # (B,T,V)
+
+
+def cmd_gradcheck(args) -> int:
+    from . import gradcheck
+
+    previous = backend.get_default_dtype()
+    backend.set_default_dtype("float64")
+    backend.manual_seed(args.seed)
+    try:
+        rows = []
+        for label, module, inputs in gradcheck_cases(numpy.random.default_rng(args.seed)):
+            report = gradcheck.check(module, *inputs, max_entries=args.max_entries, seed=args.seed)
+            rows.append((label, len(report.rows), report.max_error, report.ok))
+            if args.verbose:
+                print(report.table(), end="\n\n")
+    finally:
+        backend.set_default_dtype(previous)
+    width = max(len(r[0]) for r in rows)
+    print(f"{'layer':<{width}}  {'tensors':>7}  {'max rel. error':>14}  result")
+    print("-" * (width + 35))
+    for label, n, err, ok in rows:
+        print(f"{label:<{width}}  {n:>7}  {err:>14.2e}  {'ok' if ok else 'FAIL'}")
+    failed = [r[0] for r in rows if not r[3]]
+    print(f"float64, central differences, bound {gradcheck.DEFAULT_TOLERANCE:.0e}: "
+          + ("all passed" if not failed else f"FAILED: {', '.join(failed)}"))
+    return 0 if not failed else 1
+
+
+# ============================================================================ download
+
+def cmd_download(args) -> int:
+    from . import datasets
+
+    directory = datasets.download_multi30k(args.dir)
+    print(f"Multi30k files are in {directory}")
+    return 0
+
+
+# ============================================================================ main
+
+COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "gradcheck": cmd_gradcheck,
+            "download": cmd_download}
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit code (0 success, 1 failure, 2 bad input, 130 interrupted)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)          # exits with code 2 and the usage on bad arguments
+    from .train import NonFiniteError
+
+    prog = f"minitransformer {args.command}"
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
+    except NonFiniteError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 1
+    except (CLIError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, ValueError,
+            TypeError) as err:
+        if os.environ.get("MINITRANSFORMER_TRACEBACK"):
+            raise
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:                  # a network error of `download`, a full disk, ...
+        if os.environ.get("MINITRANSFORMER_TRACEBACK"):
+            raise
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The command line: train writes its files, translate/evaluate read a checkpoint, bad input exits 2 cleanly."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minitransformer import checkpoint as ck
+from minitransformer.cli import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24", "--no-progress"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def run_cli(*args, stdin=None):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "minitransformer", *args], env=env, capture_output=True, text=True,
+                          input=stdin, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """A toy-corpus run of a few steps (in this process), shared by the translate/evaluate tests."""
+    out = str(tmp_path_factory.mktemp("toy"))
+    code = main(["train", "--task", "toy", "--steps", "6", "--save-every", "2", "--max-tokens", "300",
+                 "--limit", "4", "--out", out, "--no-plots", *SMALL])
+    assert code == 0
+    return out
+
+
+def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    assert main(["train", "--task", "copy", "--steps", "12", "--eval-every", "5", "--heldout", "20",
+                 "--out", out, *SMALL]) == 0
+    metrics = json.loads(Path(os.path.join(out, "metrics.json")).read_text())
+    assert metrics["task"] == "copy" and metrics["steps"] == 12 and metrics["heldout"] == 20
+    assert 0.0 <= metrics["exact_match"] <= 1.0
+    for key in ("loss", "train_seconds", "tokens_per_second", "config", "wall_seconds"):
+        assert key in metrics
+    assert metrics["config"]["d_model"] == 16 and metrics["tokens_per_second"] > 0
+    assert ck.load_checkpoint(os.path.join(out, "checkpoint.npz")).step == 12
+    for name in ("loss.png", "attention.png"):
+        with open(os.path.join(out, name), "rb") as f:
+            assert f.read(8) == PNG
+    printed = capsys.readouterr().out
+    assert "exact match on 20 held-out sequences" in printed
+
+
+def test_translate_and_evaluate_read_a_toy_checkpoint(toy_run, capsys, monkeypatch):
+    metrics = json.loads(Path(os.path.join(toy_run, "metrics.json")).read_text())
+    assert metrics["task"] == "toy" and "bleu" in metrics and metrics["sentences"] == 4
+    capsys.readouterr()
+
+    assert main(["translate", "--checkpoint", toy_run, "the dog sees the cat ."]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees the cat .\n\na man runs .\n"))
+    assert main(["translate", "--checkpoint", os.path.join(toy_run, "checkpoint.npz"), "--beam-size", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[1] == ""              # one line out per line in, empty stays empty
+
+    json_path = os.path.join(toy_run, "eval.json")
+    assert main(["evaluate", "--checkpoint", toy_run, "--split", "test", "--limit", "3", "--json", json_path]) == 0
+    assert "BLEU (toy test, 3 sentences, greedy)" in capsys.readouterr().out
+    result = json.loads(Path(json_path).read_text())
+    assert result["split"] == "test" and result["sentences"] == 3 and 0 <= result["bleu"] <= 100
+
+    assert main(["evaluate", "--checkpoint", toy_run, "--limit", "3", "--average", "2", "--beam-size", "2"]) == 0
+    assert "average of 2 checkpoints" in capsys.readouterr().out
+    result = json.loads(Path(os.path.join(toy_run, "eval-test.json")).read_text())
+    assert result["averaged"] == 2 and len(result["checkpoint"]) == 2
+
+
+def test_translate_copy_checkpoint_takes_ids(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    assert main(["train", "--task", "copy", "--steps", "2", "--heldout", "5", "--no-plots", "--out", out, *SMALL]) == 0
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", out, "4 5 6"]) == 0
+    ids = capsys.readouterr().out.split()
+    assert all(i.isdigit() for i in ids)
+    assert main(["translate", "--checkpoint", out, "the dog"]) == 2
+    assert "give token ids separated by spaces" in capsys.readouterr().err
+
+
+def test_gradcheck_prints_a_table(capsys):
+    assert main(["gradcheck", "--max-entries", "4"]) == 0
+    out = capsys.readouterr().out
+    for name in ("Linear", "Embedding", "PositionalEncoding", "LearnedPositionalEmbedding", "Dropout", "ReLU",
+                 "Softmax", "LayerNorm", "PositionwiseFeedForward", "ScaledDotProductAttention",
+                 "MultiHeadAttention (self, causal)", "MultiHeadAttention (cross)", "EncoderLayer", "DecoderLayer",
+                 "Transformer", "CrossEntropyLoss"):
+        assert f"\n{name} " in out, name
+    assert "all passed" in out
+    errors = [float(line.split()[-2]) for line in out.splitlines() if line.endswith(" ok")]
+    assert len(errors) == 16 and max(errors) < 1e-6
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--task", "nope"], "invalid choice: 'nope'"),
+    (["train", "--task", "copy", "--steps", "0"], "expected a positive integer, got '0'"),
+    (["train", "--task", "copy", "--steps", "5", "--epochs", "2"], "not allowed with argument"),
+    (["train", "--task", "copy", "--dropout", "1.5"], "expected a number in [0, 1)"),
+    (["train"], "the following arguments are required: --task"),
+    (["evaluate", "--checkpoint", "x", "--split", "dev"], "invalid choice: 'dev'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ([], "required: COMMAND"),
+])
+def test_bad_arguments_exit_2_with_usage(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: minitransformer" in err and message in err
+
+
+def test_bad_arguments_in_a_subprocess_have_no_traceback():
+    proc = run_cli("train", "--task", "copy", "--lr-factor", "-1")
+    assert proc.returncode == 2
+    assert "usage:" in proc.stderr and "expected a positive number, got '-1'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_checkpoint_names_the_path(tmp_path):
+    missing = str(tmp_path / "no-such-run")
+    proc = run_cli("translate", "--checkpoint", missing, "hello")
+    assert proc.returncode == 2 and missing in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_damaged_checkpoint_is_refused_with_a_message(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    assert main(["train", "--task", "copy", "--steps", "2", "--heldout", "5", "--no-plots", "--out", out, *SMALL]) == 0
+    path = os.path.join(out, "checkpoint.npz")
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.remove(path)                                         # a hard link to checkpoint-2.npz: break the link first
+    Path(path).write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", out]) == 2
+    err = capsys.readouterr().err
+    assert path in err and "checksum mismatch" in err
+
+
+def test_resume_without_checkpoint_starts_fresh_and_resume_continues(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    args = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", out, "--eval-every", "1000", *SMALL]
+    assert main(args + ["--steps", "3", "--resume"]) == 0
+    assert "starting from scratch" in capsys.readouterr().err
+    assert main(args + ["--steps", "5", "--resume", "--lr-factor", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "resumed" in captured.out and "lr_factor" in captured.err          # the saved settings win
+    metrics = json.loads(Path(os.path.join(out, "metrics.json")).read_text())
+    assert metrics["steps"] == 5 and metrics["settings"]["lr_factor"] == 0.5
+
+
+def test_python_dash_m_help():
+    proc = run_cli("--help")
+    assert proc.returncode == 0 and "train" in proc.stdout and "gradcheck" in proc.stdout
+
+
+def test_nonfinite_exit_code_is_1(tmp_path, capsys, monkeypatch):
+    from minitransformer import loss
+
+    monkeypatch.setattr(loss.CrossEntropyLoss, "forward", lambda self, logits, target: float("nan"))
+    out = str(tmp_path / "nan")
+    assert main(["train", "--task", "copy", "--steps", "3", "--heldout", "5", "--no-plots", "--out", out, *SMALL]) == 1
+    err = capsys.readouterr().err
+    assert "non-finite loss nan at step 1" in err and "no checkpoint was written" in err
+    assert not os.path.exists(os.path.join(out, "checkpoint.npz"))

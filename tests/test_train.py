@@ -1,0 +1,296 @@
+"""The training loop: loss goes down, a stopped or killed run resumes bit for bit, and a NaN never
+overwrites a good checkpoint."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import checkpoint as ck
+from minitransformer.batching import BucketBatcher
+from minitransformer.loss import CrossEntropyLoss
+from minitransformer.model import Transformer, TransformerConfig
+from minitransformer.optim import Adam, NoamSchedule
+from minitransformer.tasks import SequenceTask, TaskBatches, exact_match, make_pairs
+from minitransformer.train import NonFiniteError, Trainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TASK = SequenceTask("copy", num_symbols=6, min_len=2, max_len=6)
+
+
+def make_trainer(tmp_path=None, data="task", seed=0, dropout=0.1, **kw):
+    """A fresh model, optimiser, schedule and data source, all from ``seed``: what a new process would build."""
+    mt.manual_seed(seed)
+    config = TransformerConfig(TASK.vocab_size, TASK.vocab_size, d_model=16, num_heads=2, num_encoder_layers=1,
+                               num_decoder_layers=1, d_ff=24, dropout=dropout, max_len=16)
+    model = Transformer(config)
+    opt = Adam(model.parameters(), lr=1.0)
+    sched = NoamSchedule(opt, config.d_model, warmup=10, factor=0.2)
+    if data == "task":
+        source = TaskBatches(TASK, batch_size=8, batches_per_epoch=7, seed=3)     # epochs roll over mid-run
+    else:
+        pairs = TASK.sample(np.random.default_rng(5), 60)
+        source = BucketBatcher(pairs, max_tokens=40, seed=3)
+    kw.setdefault("progress", False)
+    return Trainer(model, CrossEntropyLoss(0, 0.1), opt, source, scheduler=sched, clip_norm=1.0,
+                   checkpoint_dir=None if tmp_path is None else str(tmp_path), config=config.to_dict(), **kw)
+
+
+def weights(trainer):
+    return trainer.model.state_dict()
+
+
+def assert_same_weights(a, b):
+    assert list(a) == list(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_tasks_are_deterministic_and_correct():
+    assert make_pairs("copy", 5, seed=1) == make_pairs("copy", 5, seed=1) != make_pairs("copy", 5, seed=2)
+    for src, tgt in make_pairs("reverse", 20, seed=0):
+        assert tgt == src[::-1] and 1 <= len(src) <= 10 and min(src) >= 4 and max(src) < 14
+    assert SequenceTask("copy").heldout(50) == SequenceTask("copy").heldout(50)
+    batch = TASK.batch(seed=3, epoch=2, index=5, batch_size=4)
+    again = TaskBatches(TASK, batch_size=4, batches_per_epoch=7, seed=3)
+    again.load_state_dict({"seed": 3, "epoch": 2, "position": 5})
+    np.testing.assert_array_equal(next(iter(again)).src, batch.src)             # resumes at (epoch, position)
+    with pytest.raises(ValueError, match="name must be one of"):
+        SequenceTask("sort")
+    with pytest.raises(ValueError, match="min_len must be <= max_len"):
+        SequenceTask("copy", min_len=5, max_len=3)
+
+
+def test_exact_match_counts_whole_sequences(monkeypatch):
+    from minitransformer import decoding
+
+    def fake_greedy(model, src, max_len=None):
+        """Right (the copy) when the first symbol is even, else the copy minus its last symbol."""
+        rows = [[int(i) for i in row if i != 0] for row in src]
+        return [r if r[0] % 2 == 0 else r[:-1] for r in rows]
+
+    monkeypatch.setattr(decoding, "greedy_decode", fake_greedy)
+    pairs = SequenceTask("copy").heldout(40)
+    expected = sum(src[0] % 2 == 0 for src, _ in pairs) / len(pairs)
+    assert 0 < expected < 1
+    trainer = make_trainer(max_steps=1)
+    assert exact_match(trainer.model, pairs, batch_size=7) == expected
+    assert not trainer.model.training
+    with pytest.raises(ValueError, match="at least one"):
+        exact_match(trainer.model, [])
+
+
+def test_short_run_lowers_the_loss():
+    trainer = make_trainer(dropout=0.0, max_steps=100)
+    summary = trainer.fit()
+    losses = [h[1] for h in trainer.history]
+    assert summary["steps"] == 100 and len(losses) == 100
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
+    step, _, lr, tps = trainer.history[-1]
+    assert step == 100 and lr > 0 and tps > 0
+    assert summary["tokens_per_second"] > 0 and summary["stop_reason"] == "max_steps"
+
+
+@pytest.mark.parametrize("data", ["task", "bucket"])
+def test_resume_after_a_stop_continues_bit_for_bit(tmp_path, data):
+    # uninterrupted: 23 steps (three epochs of 7 batches and a bit, dropout on)
+    full = make_trainer(tmp_path / "full", data=data, max_steps=23)
+    full.fit()
+    # stopped after 10 steps, then a NEW process state (other seed!) resumes from the checkpoint to 23
+    first = make_trainer(tmp_path / "split", data=data, max_steps=10)
+    first.fit()
+    second = make_trainer(tmp_path / "split", data=data, seed=99, max_steps=23)
+    second.resume(tmp_path / "split")
+    assert second.step == 10
+    second.fit()
+    assert [h[1] for h in second.history] == [h[1] for h in full.history]       # same losses, every step
+    assert [h[2] for h in second.history] == [h[2] for h in full.history]       # same learning rates
+    assert_same_weights(weights(second), weights(full))
+    assert second.train_data.state_dict() == full.train_data.state_dict()
+
+
+def test_resume_refuses_another_config(tmp_path):
+    first = make_trainer(tmp_path, max_steps=2, save_every=1)
+    first.fit()
+    other = make_trainer(tmp_path / "other", dropout=0.2, max_steps=4)
+    with pytest.raises(ValueError, match=r"another model config \(differs in \['dropout'\]\)"):
+        other.resume(tmp_path)
+
+
+def test_target_metric_stops_early():
+    calls = []
+
+    def metric(model):
+        calls.append(model.training)
+        return 0.5 if len(calls) < 2 else 1.0
+
+    trainer = make_trainer(max_steps=100, eval_every=3, metric_fn=metric, target=1.0)
+    summary = trainer.fit()
+    assert summary["stop_reason"] == "target" and summary["steps"] == 6
+    assert calls == [False, False]                      # the metric runs in eval mode
+    assert trainer.model.training                       # and training mode comes back
+
+
+# ------------------------------------------------------------------------------------------ non-finite
+
+class NaNAt:
+    """A loss function that returns NaN at its n-th call (1-based), like a diverging run."""
+
+    def __init__(self, n):
+        self.inner, self.n, self.calls = CrossEntropyLoss(0, 0.1), n, 0
+        self.ignore_index = 0
+
+    def __call__(self, logits, target):
+        self.calls += 1
+        loss = self.inner(logits, target)
+        return float("nan") if self.calls == self.n else loss
+
+    def backward(self):
+        return self.inner.backward()
+
+
+def test_nonfinite_loss_stops_and_leaves_the_checkpoint_untouched(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=20, save_every=5)
+    trainer.loss_fn = NaNAt(8)
+    before = None
+
+    original_save = trainer.save
+
+    def save_and_remember():
+        nonlocal before
+        path = original_save()
+        before = Path(path).read_bytes()
+        return path
+
+    trainer.save = save_and_remember
+    with pytest.raises(NonFiniteError, match=r"non-finite loss nan at step 8 .*was not taken.*"
+                                             r"checkpoint\.npz, step 5\) was left untouched"):
+        trainer.fit()
+    assert Path(tmp_path / "checkpoint.npz").read_bytes() == before
+    assert ck.load_checkpoint(tmp_path / "checkpoint.npz").step == 5
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-5.npz", "checkpoint.npz"]
+
+
+def test_nonfinite_gradient_stops(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=5)
+    model = trainer.model
+    inner_backward = model.backward
+
+    def poisoned_backward(dlogits):
+        inner_backward(dlogits)
+        model.parameters()[0].grad[0, 0] = np.inf
+
+    model.backward = poisoned_backward
+    with pytest.raises(NonFiniteError, match="non-finite gradient norm .* no checkpoint was written"):
+        trainer.fit()
+    assert not os.path.exists(tmp_path / "checkpoint.npz")
+
+
+def test_nonfinite_skip_drops_the_step_and_goes_on():
+    trainer = make_trainer(max_steps=6, on_nonfinite="skip")
+    trainer.loss_fn = NaNAt(3)
+    summary = trainer.fit()
+    assert summary["skipped_steps"] == 1 and summary["steps"] == 6
+    assert all(np.isfinite(h[1]) for h in trainer.history)
+    assert trainer.train_data.state_dict()["position"] == 7       # 6 steps and the skipped one used 7 batches
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="on_nonfinite must be one of"):
+        make_trainer(max_steps=1, on_nonfinite="ignore")
+    with pytest.raises(ValueError, match="at least one of max_steps"):
+        make_trainer()
+    with pytest.raises(ValueError, match="max_steps must be a positive int"):
+        make_trainer(max_steps=0)
+    with pytest.raises(ValueError, match="target needs a metric_fn"):
+        make_trainer(max_steps=1, target=1.0)
+
+
+# ------------------------------------------------------------------------------------------ SIGKILL
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("MINITRANSFORMER_BACKEND", None)
+    return env
+
+
+TRAIN = [sys.executable, "-m", "minitransformer", "train", "--task", "copy", "--steps", "150", "--save-every", "10",
+         "--eval-every", "1000", "--heldout", "10", "--no-plots", "--no-progress", "--d-model", "16", "--heads", "2",
+         "--layers", "1", "--d-ff", "24", "--dropout", "0.1", "--batch-size", "16", "--seed", "4"]
+
+
+def test_sigkill_mid_run_then_resume_is_bit_identical(tmp_path):
+    full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
+    subprocess.run(TRAIN + ["--out", full], env=_env(), check=True, capture_output=True, timeout=120)
+
+    proc = subprocess.Popen(TRAIN + ["--out", killed], env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not os.path.exists(os.path.join(killed, "checkpoint-30.npz")) and time.time() < deadline:
+        if proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)                       # no cleanup, no final save
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    step_at_kill = ck.load_checkpoint(os.path.join(killed, "checkpoint.npz")).step
+    assert 30 <= step_at_kill < 150
+
+    resumed = subprocess.run(TRAIN + ["--out", killed, "--resume"], env=_env(), capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    a = ck.load_checkpoint(os.path.join(full, "checkpoint.npz"))
+    b = ck.load_checkpoint(os.path.join(killed, "checkpoint.npz"))
+    assert a.step == b.step == 150
+    assert_same_weights(a.weights, b.weights)
+    for name in a.optimizer:
+        np.testing.assert_array_equal(a.optimizer[name], b.optimizer[name], err_msg=name)
+    assert [h[1] for h in a.extra["trainer"]["history"]] == [h[1] for h in b.extra["trainer"]["history"]]
+
+
+KILL_DURING_SAVE = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from minitransformer import checkpoint as ck
+    import test_train
+
+    calls = []
+    real = ck._write_npz
+
+    def write_then_die(f, arrays):
+        calls.append(1)
+        if len(calls) == 2:                  # the second save: half a file, then the machine "dies"
+            f.write(b"PK\\x03\\x04" + b"x" * 1000)
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(f, arrays)
+
+    ck._write_npz = write_then_die
+    trainer = test_train.make_trainer({out!r}, max_steps=20, save_every=5)
+    trainer.fit()
+""")
+
+
+def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    out = str(tmp_path / "run")
+    script = KILL_DURING_SAVE.format(tests=os.path.join(REPO, "tests"), out=out)
+    proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    names = sorted(os.listdir(out))
+    assert any(n.endswith(ck.TEMP_SUFFIX) for n in names)          # the half-written file, never renamed
+    latest = ck.load_checkpoint(os.path.join(out, "checkpoint.npz"))
+    assert latest.step == 5
+    # a new run in the same folder resumes from it and clears the dead writer's temporary file
+    trainer = make_trainer(out, max_steps=7)
+    trainer.resume(out)
+    trainer.fit()
+    assert trainer.step == 7
+    assert not any(n.endswith(ck.TEMP_SUFFIX) for n in os.listdir(out))
