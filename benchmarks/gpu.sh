@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CuPy backend on a GPU, in one prepared run (issue 6): prove it correct, then time it.
 #
-#   bash benchmarks/gpu.sh                      # from anywhere; on the lent GPU machine, via the device tool
+#   bash benchmarks/gpu.sh                      # from anywhere; on the lent GPU machine, via the device tool:
+#                                               # run(command="bash benchmarks/gpu.sh", timeout_s=600)
 #
 # 1. environment: GPU, driver, Python, NumPy, CuPy (installs cupy-cuda12x when no CuPy build is there:
 #    from PyPI, or offline from wheels in .whl/ carried along, see /work/.library/device/README.md);
@@ -16,7 +17,9 @@
 # BENCH_ARGS (extra bench_step.py arguments, default --no-torch), CPU_BASE_MS (the base step on 2 CPU cores,
 # from the README's table: prints the GPU speed-up against issue 6's 30x target), GPU_BENCH
 # (auto | bench_step | inline). Every stage runs even if an earlier one failed; the exit status is 0 only if
-# all passed. Expect about 3-5 minutes on an H200, most of it CuPy compiling its kernels on a fresh machine.
+# all passed. Expect about 3-5 minutes on an H200, much of it CuPy compiling its kernels on a fresh machine;
+# each stage has its own time limit (150 + 150 + 240 s), so that the whole stays inside one 600 s device call
+# and a stuck stage still leaves the others' results in $OUT.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 2
@@ -27,10 +30,12 @@ GPU_BENCH=${GPU_BENCH:-auto}
 OUT_DIR=${OUT:-benchmarks/gpu-results}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 OUT_DIR PRESETS STEPS
-exec > >(tee "$OUT_DIR/gpu.log") 2>&1          # everything below also lands in $OUT_DIR/gpu.log
-status=0
 stage() { printf '\n==== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
+# Every stage, in order; main's output also goes to $OUT_DIR/gpu.log (the body is not indented: it holds
+# heredocs, whose closing line must start the line).
+main() {
+status=0
 stage "environment"
 date -u +"%Y-%m-%dT%H:%M:%SZ"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: not found"
@@ -60,12 +65,12 @@ assert float((cupy.arange(4.0) ** 2).sum()) == 14.0
 PY
 
 stage "gradient checks on the cupy backend"
-MINITRANSFORMER_BACKEND=cupy timeout 300 "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
+MINITRANSFORMER_BACKEND=cupy timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
     tests/test_layers_gradcheck.py || { echo "FAILED: gradient checks on the cupy backend"; status=1; }
 
 stage "CuPy against NumPy"
 # These start on NumPy (their reference) and switch to CuPy themselves: no MINITRANSFORMER_BACKEND here.
-timeout 300 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_boundary.py \
+timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_boundary.py \
     tests/test_loss.py::test_cupy_matches_numpy tests/test_optim.py::test_cupy_adam_and_clip_match_numpy \
     || { echo "FAILED: CuPy against NumPy"; status=1; }
 
@@ -80,11 +85,11 @@ if [ "$GPU_BENCH" = auto ]; then
 fi
 if [ "$GPU_BENCH" = bench_step ]; then
     read -r -a bench_args <<< "${BENCH_ARGS:---no-torch}"
-    timeout 420 "$PYTHON" benchmarks/bench_step.py --backend cupy --presets "$PRESETS" "${bench_args[@]}" \
+    timeout 240 "$PYTHON" benchmarks/bench_step.py --backend cupy --presets "$PRESETS" "${bench_args[@]}" \
         --json "$OUT_DIR/bench_step_cupy.json" --markdown "$OUT_DIR/bench_step_cupy.md" \
         || { echo "FAILED: bench_step.py --backend cupy"; status=1; }
 else
-    timeout 420 "$PYTHON" - <<'PY' || { echo "FAILED: the inline GPU timer"; status=1; }
+    timeout 240 "$PYTHON" - <<'PY' || { echo "FAILED: the inline GPU timer"; status=1; }
 """Median time of one float32 training step (forward, label-smoothed loss, backward, Adam, zero_grad) on CuPy,
 as benchmarks/bench_step.py times it on the CPU: same presets, batch shapes, tied embeddings, dropout and
 Adam settings. Each timed step ends with a device synchronize (the GPU runs asynchronously); "pipelined" is
@@ -250,4 +255,8 @@ fi
 
 stage "done"
 echo "results in $OUT_DIR; exit status $status"
-exit "$status"
+return "$status"
+}
+
+main 2>&1 | tee "$OUT_DIR/gpu.log"             # everything also lands in $OUT_DIR/gpu.log
+exit "${PIPESTATUS[0]}"

@@ -27,8 +27,11 @@ CuPy semantics it mirrors:
   ``cupyx.scatter_add``'s signature, which ``backend.scatter_add`` calls for a backend without ``add.at``.
 
 ``transfers`` records the copies each way (``transfers.host_sizes``, ``transfers.to_device``), so a test
-can check that a training step pulls only scalars to the host. Only the subset of CuPy's namespace the package uses
-is here: a missing name raises AttributeError, and belongs here if CuPy has it.
+can check that a training step pulls only scalars to the host. Only the subset of CuPy's namespace the
+package uses is here: a missing name raises AttributeError, and belongs here if CuPy has it.
+
+Run the whole gradient-check suite on it:  MINITRANSFORMER_TEST_BACKEND=fakecupy python -m pytest
+tests/test_layers_gradcheck.py  (conftest.py switches the session's backend).
 """
 
 from __future__ import annotations

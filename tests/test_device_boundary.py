@@ -12,13 +12,18 @@ in float64 with a tight tolerance (a GPU sums in another order; dropout is off w
 since the two backends draw different dropout masks for one seed).
 """
 
+import fakecupy
 import numpy as np
 import pytest
 
-import fakecupy
 import minitransformer as mt
-import minitransformer.train  # noqa: F401  (mt.train is not imported by the package itself)
-from minitransformer.tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
+import minitransformer.train  # the package does not import its training loop itself: mt.train needs this
+from minitransformer.tasks import (
+    SequenceTask,
+    TaskBatches,
+    exact_match,
+    heldout_batches,
+)
 
 TASK = SequenceTask("copy", num_symbols=6, min_len=2, max_len=6)
 # fakecupy: the same NumPy arithmetic underneath, so exactly equal. CuPy: float64 on a GPU.
@@ -192,8 +197,12 @@ def test_dropout_draws_on_the_device(device):
     (loss1, grad1), (loss2, grad2) = loss_with_dropout(), loss_with_dropout()
     model = build(dropout=0.3).eval()
     loss_eval = mt.CrossEntropyLoss(ignore_index=0)(model(src, tgt_in), tgt_out)
-    assert np.isfinite(loss1) and loss1 == loss2 and np.array_equal(grad1, grad2)   # reproducible for one seed
-    assert loss1 != loss_eval                                  # and the masks did drop something
+    # Reproducible for one seed. On a GPU the embedding's scatter-add sums repeats with atomics, in any order:
+    # float32 rounding, so the gradient is compared to rounding there (and exactly on the fake).
+    rtol = 0 if device == "fakecupy" else 1e-5
+    assert np.isfinite(loss1) and loss1 == pytest.approx(loss2, rel=rtol, abs=0)
+    np.testing.assert_allclose(grad1, grad2, rtol=rtol, atol=1e-7 if rtol else 0)
+    assert loss1 != pytest.approx(loss_eval, rel=1e-3)        # and the masks did drop something
 
 
 # -------------------------------------------------------------------------------- evaluation, decoding
