@@ -9,14 +9,17 @@ from . import (
     backend,
     batching,
     bleu,
+    checkpoint,
     datasets,
     decoding,
     gradcheck,
     layers,
     masks,
     optim,
+    tasks,
     tokenizers,
     toy_grammar,
+    train,
 )
 from .backend import (
     get_backend,
@@ -26,18 +29,54 @@ from .backend import (
     set_default_dtype,
     to_numpy,
 )
+from .checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from .loss import CrossEntropyLoss
 from .model import Transformer, TransformerConfig
 from .module import Module, ModuleList, Parameter
 from .tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, WordTokenizer
+from .train import NonFiniteError, Trainer
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BOS", "EOS", "PAD", "UNK", "BPETokenizer", "CrossEntropyLoss", "Module", "ModuleList", "Parameter",
-    "Transformer", "TransformerConfig", "WordTokenizer", "backend", "batching", "bleu", "datasets", "decoding",
-    "get_backend", "get_default_dtype", "gradcheck", "layers", "manual_seed", "masks", "optim", "set_backend",
-    "set_default_dtype", "to_numpy", "tokenizers", "toy_grammar", "viz",
+    "BOS",
+    "EOS",
+    "PAD",
+    "UNK",
+    "BPETokenizer",
+    "CrossEntropyLoss",
+    "Module",
+    "ModuleList",
+    "NonFiniteError",
+    "Parameter",
+    "Trainer",
+    "Transformer",
+    "TransformerConfig",
+    "WordTokenizer",
+    "average_checkpoints",
+    "backend",
+    "batching",
+    "bleu",
+    "checkpoint",
+    "datasets",
+    "decoding",
+    "get_backend",
+    "get_default_dtype",
+    "gradcheck",
+    "layers",
+    "load_checkpoint",
+    "manual_seed",
+    "masks",
+    "optim",
+    "save_checkpoint",
+    "set_backend",
+    "set_default_dtype",
+    "tasks",
+    "to_numpy",
+    "tokenizers",
+    "toy_grammar",
+    "train",
+    "viz",
 ]
 
 

@@ -9,7 +9,11 @@
 
 ``python -m minitransformer ...`` is the same. ``train`` writes into --out: metrics.json, checkpoint.npz
 (plus checkpoint-<step>.npz, the last few), loss.png and attention.png. ``--resume`` continues a run
-killed or stopped earlier from its checkpoint, with exactly the numbers the uninterrupted run would have.
+killed or stopped earlier from its checkpoint, with exactly the numbers the uninterrupted run would have;
+a fresh run refuses an --out that holds another run's checkpoints unless given ``--overwrite``.
+
+Timing note: on a small model, a multi-threaded BLAS competing with other processes for the cores can be
+many times slower than one thread; ``OPENBLAS_NUM_THREADS=1 minitransformer train ...`` avoids that.
 
 Errors in what the user typed (unknown task, a missing checkpoint, a damaged file) give a one-line message
 and exit code 2, never a traceback; set MINITRANSFORMER_TRACEBACK=1 to see one anyway.
@@ -50,7 +54,8 @@ TASK_DEFAULTS = {
             "label_smoothing": 0.1, "eval_every": 250, "save_every": 250, "target": 99.0},
     "multi30k": {"preset": "small", "model": {},
                  "max_tokens": 4000, "epochs": 20, "steps": None, "lr_factor": 1.0, "warmup": 2000, "clip_norm": 1.0,
-                 "label_smoothing": 0.1, "eval_every": 2000, "save_every": 1000, "target": None, "vocab_size": 8000},
+                 "label_smoothing": 0.1, "eval_every": 2000, "save_every": 1000, "target": None, "vocab_size": 8000,
+                 "max_minutes": 90.0},
 }
 # What --resume may change: when and how the run stops and reports, never what it computes.
 RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "target",
@@ -158,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip "
                                                                      "the step")
     t.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    t.add_argument("--overwrite", action="store_true", help="start over in an --out that holds an earlier run's "
+                                                             "checkpoints (deletes them)")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress bar")
     t.add_argument("--no-plots", dest="plots", action="store_false", default=None, help="write no PNG files")
@@ -198,9 +205,9 @@ def _settings(args) -> dict:
     """The task's defaults, overridden by every option given on the command line."""
     d = TASK_DEFAULTS[args.task]
     s = {k: v for k, v in d.items() if k != "model"}
-    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=None, keep=5, heldout=1000, beam_size=1,
-             on_nonfinite="stop", progress=True, plots=True, preset=d["preset"], model=dict(d["model"]),
-             data_dir=None, limit=None)
+    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"), keep=5,
+             heldout=1000, beam_size=1, on_nonfinite="stop", progress=True, plots=True, preset=d["preset"],
+             model=dict(d["model"]), data_dir=None, limit=None)
     if args.preset is not None:
         s["preset"], s["model"] = args.preset, {}
     for key in ("seed", "max_minutes", "target", "batch_size", "max_tokens", "lr_factor", "warmup", "label_smoothing",
@@ -382,6 +389,13 @@ def cmd_train(args) -> int:
         else:
             print(f"--resume: no checkpoint in {out} yet ({latest} does not exist): starting from scratch",
                   file=sys.stderr)
+    elif os.path.isdir(out):
+        old = ckpt.list_checkpoints(out) + [p for p in [os.path.join(out, ckpt.LATEST)] if os.path.exists(p)]
+        if old and not args.overwrite:
+            raise CLIError(f"{out} already holds the checkpoints of a run ({os.path.basename(old[-1])} ...): "
+                           f"continue it with --resume, start over with --overwrite, or choose another --out")
+        for path in old:
+            os.remove(path)
     os.makedirs(out, exist_ok=True)
     task = settings["task"]
     backend.manual_seed(settings["seed"])
@@ -680,7 +694,8 @@ def cmd_gradcheck(args) -> int:
     for label, n, err, ok in rows:
         print(f"{label:<{width}}  {n:>7}  {err:>14.2e}  {'ok' if ok else 'FAIL'}")
     failed = [r[0] for r in rows if not r[3]]
-    print(f"float64, central differences, bound {gradcheck.DEFAULT_TOLERANCE:.0e}: "
+    print(f"float64, central differences on up to {args.max_entries} entries per tensor, "
+          f"bound {gradcheck.DEFAULT_TOLERANCE:.0e}: "
           + ("all passed" if not failed else f"FAILED: {', '.join(failed)}"))
     return 0 if not failed else 1
 
@@ -713,6 +728,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:                 # `minitransformer ... | head`: the reader left, nothing to report
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 0
     except NonFiniteError as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 1

@@ -122,7 +122,8 @@ class Trainer:
     config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
 
     After ``fit``: ``history`` is a list of (step, loss, lr, tokens_per_second), one per optimiser step,
-    and ``valid_history`` a list of (step, valid_loss, metric) (NaN where not computed).
+    and ``valid_history`` a list of (step, valid_loss, metric) (NaN where not computed). Tokens per second
+    counts the real (non-pad) source and target tokens of a step over its wall-clock time.
     """
 
     def __init__(self, model, loss_fn, optimizer, train_data, *, scheduler=None, valid_data=None,
@@ -152,9 +153,11 @@ class Trainer:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_data = _as_source(train_data, "train_data")
         self.valid_data = None if valid_data is None else list(valid_data)
-        self.clip_norm, self.max_steps, self.max_epochs, self.max_seconds = clip_norm, max_steps, max_epochs, max_seconds
+        self.clip_norm = clip_norm
+        self.max_steps, self.max_epochs, self.max_seconds = max_steps, max_epochs, max_seconds
         self.eval_every, self.metric_fn, self.target = eval_every, metric_fn, target
-        self.save_every, self.on_nonfinite, self.progress, self.max_skips = save_every, on_nonfinite, progress, max_skips
+        self.save_every, self.on_nonfinite, self.max_skips = save_every, on_nonfinite, max_skips
+        self.progress = progress
         self.config, self.tokenizers, self.extra = config, dict(tokenizers or {}), dict(extra or {})
         self.checkpoints = None if checkpoint_dir is None else CheckpointManager(checkpoint_dir, keep=keep)
         self.pad_id = getattr(loss_fn, "ignore_index", 0)
@@ -376,7 +379,8 @@ class Trainer:
         self.optimizer.load_state_dict(ck.optimizer)
         if self.scheduler is not None:
             if ck.scheduler is None:
-                raise ValueError(f"Trainer.resume: checkpoint {path} holds no scheduler state, but a scheduler was given")
+                raise ValueError(f"Trainer.resume: checkpoint {path} holds no scheduler state, "
+                                 f"but a scheduler was given")
             self.scheduler.load_state_dict(ck.scheduler)
         self.train_data.load_state_dict(state["data"])
         if ck.rng is not None:

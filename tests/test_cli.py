@@ -159,6 +159,16 @@ def test_resume_without_checkpoint_starts_fresh_and_resume_continues(tmp_path, c
     assert metrics["steps"] == 5 and metrics["settings"]["lr_factor"] == 0.5
 
 
+def test_fresh_run_refuses_to_mix_with_an_old_one(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    args = ["train", "--task", "copy", "--steps", "2", "--heldout", "5", "--no-plots", "--out", out, *SMALL]
+    assert main(args) == 0
+    assert main(args) == 2
+    assert "already holds the checkpoints of a run" in capsys.readouterr().err
+    assert main(args + ["--overwrite", "--steps", "1"]) == 0
+    assert sorted(n for n in os.listdir(out) if n.endswith(".npz")) == ["checkpoint-1.npz", "checkpoint.npz"]
+
+
 def test_python_dash_m_help():
     proc = run_cli("--help")
     assert proc.returncode == 0 and "train" in proc.stdout and "gradcheck" in proc.stdout

@@ -242,7 +242,7 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     step_at_kill = ck.load_checkpoint(os.path.join(killed, "checkpoint.npz")).step
-    assert 30 <= step_at_kill < 150
+    assert 20 <= step_at_kill < 150     # 20 if killed between writing checkpoint-30 and relinking checkpoint.npz
 
     resumed = subprocess.run(TRAIN + ["--out", killed, "--resume"], env=_env(), capture_output=True, text=True,
                              timeout=120, check=False)

@@ -14,7 +14,7 @@ from ._checks import (
 )
 from .activations import Softmax
 from .dropout import Dropout
-from .linear import Linear
+from .linear import Linear, stacked_linear, stacked_linear_backward
 
 # Added where the mask is False. Large and finite: exp(MASKED - max) underflows to exactly 0 in float32
 # and float64, while -inf would turn a row with every key masked into NaN (inf - inf).
@@ -113,7 +113,8 @@ class MultiHeadAttention(Module):
     Shapes: query (B,Tq,D), key (B,Tk,D), value (B,Tk,D), mask broadcastable to (B,H,Tq,Tk) -> (B,Tq,D)
     backward(dout) -> (dquery, dkey, dvalue); for self-attention the caller adds the three.
     ``.attn`` -> (B,H,Tq,Tk) after forward.
-    Cache: held by the four projections and the attention core.
+    Cache: held by the projections and the attention core; ``stacked`` holds the shared input of the
+    projections that ran as one matmul (x for Q, K, V in self-attention; the memory for K, V in cross).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
@@ -130,6 +131,7 @@ class MultiHeadAttention(Module):
         self.W_v = Linear(d_model, d_model)
         self.attention = ScaledDotProductAttention(dropout)
         self.W_o = Linear(d_model, d_model)
+        self.stacked = None
 
     @property
     def attn(self):
@@ -161,19 +163,46 @@ class MultiHeadAttention(Module):
 
     def forward(self, query, key, value, mask=None):
         self._check_inputs(query, key, value, mask)
-        q = self.split_heads(self.W_q(query))                  # (B,H,Tq,Dk)
-        k = self.split_heads(self.W_k(key))                    # (B,H,Tk,Dk)
-        v = self.split_heads(self.W_v(value))                  # (B,H,Tk,Dk)
-        heads = self.attention(q, k, v, mask)                  # (B,H,Tq,Dk)
+        # Speed: projections that read the same array run as ONE wide matmul (see stacked_linear):
+        # Q, K and V in self-attention (query is key is value), K and V in cross-attention (key is value).
+        # Separate arrays go through W_q, W_k, W_v one by one. The arithmetic is the same either way.
+        if query is key and key is value:
+            self.stacked = (query, (self.W_q, self.W_k, self.W_v))
+            q, k, v = stacked_linear(query, self.stacked[1])   # (B,Tq,D) each
+        elif key is value:
+            self.stacked = (key, (self.W_k, self.W_v))
+            q = self.W_q(query)                                # (B,Tq,D)
+            k, v = stacked_linear(key, self.stacked[1])        # (B,Tk,D) each
+        else:
+            self.stacked = None
+            q, k, v = self.W_q(query), self.W_k(key), self.W_v(value)  # (B,Tq,D), (B,Tk,D), (B,Tk,D)
+        heads = self.attention(self.split_heads(q), self.split_heads(k), self.split_heads(v), mask)  # (B,H,Tq,Dk)
         return self.W_o(self.merge_heads(heads))               # Concat(heads) W_o   (B,Tq,D)
 
     def backward(self, dout):                                  # dout (B,Tq,D)
         dheads = self.split_heads(self.W_o.backward(dout))     # (B,H,Tq,Dk)
         dq, dk, dv = self.attention.backward(dheads)           # (B,H,Tq,Dk), (B,H,Tk,Dk), (B,H,Tk,Dk)
-        dquery = self.W_q.backward(self.merge_heads(dq))       # (B,Tq,D)
-        dkey = self.W_k.backward(self.merge_heads(dk))         # (B,Tk,D)
-        dvalue = self.W_v.backward(self.merge_heads(dv))       # (B,Tk,D)
+        if self.stacked is None:
+            dquery = self.W_q.backward(self.merge_heads(dq))   # (B,Tq,D)
+            dkey = self.W_k.backward(self.merge_heads(dk))     # (B,Tk,D)
+            dvalue = self.W_v.backward(self.merge_heads(dv))   # (B,Tk,D)
+            return dquery, dkey, dvalue
+        x, linears = self.stacked
+        self.stacked = None
+        if len(linears) == 3:                                  # self-attention: Q, K, V from one x
+            dquery, dkey, dvalue = stacked_linear_backward(x, linears, self.merge_heads_stacked(dq, dk, dv))
+        else:                                                  # cross-attention: K, V from one memory
+            dquery = self.W_q.backward(self.merge_heads(dq))   # (B,Tq,D)
+            dkey, dvalue = stacked_linear_backward(x, linears, self.merge_heads_stacked(dk, dv))
         return dquery, dkey, dvalue
+
+    def merge_heads_stacked(self, *xs):                        # n x (B,H,T,Dk) -> (B,T,n*D)
+        """[merge_heads(x_1) ... merge_heads(x_n)] side by side, written in one pass (no concatenate)."""
+        B, _, T, _ = xs[0].shape
+        out = backend.xp().empty((B, T, len(xs), self.num_heads, self.d_k), dtype=xs[0].dtype)  # (B,T,n,H,Dk)
+        for i, x in enumerate(xs):
+            out[:, :, i] = x.transpose(0, 2, 1, 3)             # (B,T,H,Dk)
+        return out.reshape(B, T, len(xs) * self.d_model)       # (B,T,n*D)
 
     def extra_repr(self):
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}"
