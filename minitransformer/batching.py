@@ -140,7 +140,39 @@ def plan_batches(src_lengths, tgt_lengths, max_tokens: int, rng: numpy.random.Ge
     return batches
 
 
-class BucketBatcher:
+class ResumableBatches:
+    """The stream protocol the Trainer reads, shared by every training source.
+
+    Iterating serves the rest of the current epoch from ``position`` on, then moves to the next epoch.
+    Batch k of epoch e is a fixed function of (seed, e, k), so ``state_dict()`` = {seed, epoch, position}
+    is all a checkpoint needs to resume exactly. Subclasses define ``__len__`` (batches per epoch) and
+    ``batch_at(epoch, k)``.
+    """
+
+    seed: int
+    epoch: int = 0
+    position: int = 0
+
+    def __iter__(self):
+        """Serve the rest of the current epoch, then move to the next one (position 0)."""
+        while self.position < len(self):
+            k = self.position
+            self.position += 1                     # counted before yield: a checkpoint taken now resumes after it
+            yield self.batch_at(self.epoch, k)
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("seed", "epoch", "position"):
+            if key not in state:
+                raise ValueError(f"{type(self).__name__}.load_state_dict: state is missing {key!r}, "
+                                 f"got keys {sorted(state)}")
+        self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
+
+
+class BucketBatcher(ResumableBatches):
     """Length-bucketed, token-budgeted, shuffled batches over a list of (src_ids, tgt_ids) pairs.
 
     The batches of epoch e are a fixed function of (seed, e): the tie-breaking among equal lengths and the
@@ -195,21 +227,10 @@ class BucketBatcher:
         """The Batch of the given pair indices."""
         return collate([self.pairs[i] for i in indices], indices, self.pad_id, self.bos_id, self.eos_id)
 
-    def __iter__(self):
-        """Serve the rest of the current epoch, then move to the next one (position 0)."""
-        plan = self.batches_for_epoch(self.epoch)
-        while self.position < len(plan):
-            indices = plan[self.position]
-            self.position += 1                     # counted before yield: a checkpoint taken now resumes after it
-            yield self.batch(indices)
-        self.epoch, self.position = self.epoch + 1, 0
-
-    def state_dict(self) -> dict:
-        return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
+    def batch_at(self, epoch: int, k: int) -> Batch:
+        """Batch k of an epoch."""
+        return self.batch(self.batches_for_epoch(epoch)[k])
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("seed", "epoch", "position"):
-            if key not in state:
-                raise ValueError(f"BucketBatcher.load_state_dict: state is missing {key!r}, got keys {sorted(state)}")
-        self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
-        self._plan_epoch, self._plan = None, None
+        super().load_state_dict(state)
+        self._plan_epoch, self._plan = None, None  # the seed may have changed: plan again

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from .batching import Batch, collate
+from .batching import Batch, ResumableBatches, collate
 from .tokenizers import BOS, EOS, PAD
 
 FIRST_SYMBOL = 4                      # after <pad>, <bos>, <eos>, <unk>
@@ -101,11 +101,10 @@ def make_pairs(name: str, n: int, seed: int = 0, **task_options) -> list:
     return SequenceTask(name, **task_options).sample(numpy.random.default_rng(seed), n)
 
 
-class TaskBatches:
+class TaskBatches(ResumableBatches):
     """The training stream of a task: ``batches_per_epoch`` batches of ``batch_size`` pairs per epoch.
 
-    The same resumable protocol as ``batching.BucketBatcher``: iterating serves the rest of the current
-    epoch from ``position`` on, then moves to the next epoch; ``state_dict()`` = {seed, epoch, position}.
+    The resumable protocol of ``batching.ResumableBatches``: state_dict() = {seed, epoch, position}.
     Each batch is generated on demand from (seed, epoch, index), so resuming mid-epoch costs nothing.
     """
 
@@ -121,21 +120,9 @@ class TaskBatches:
     def __len__(self) -> int:
         return self.batches_per_epoch
 
-    def __iter__(self):
-        while self.position < self.batches_per_epoch:
-            index = self.position
-            self.position += 1                 # counted before yield: a checkpoint taken now resumes after it
-            yield self.task.batch(self.seed, self.epoch, index, self.batch_size)
-        self.epoch, self.position = self.epoch + 1, 0
-
-    def state_dict(self) -> dict:
-        return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        for key in ("seed", "epoch", "position"):
-            if key not in state:
-                raise ValueError(f"TaskBatches.load_state_dict: state is missing {key!r}, got keys {sorted(state)}")
-        self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
+    def batch_at(self, epoch: int, k: int) -> Batch:
+        """Batch k of an epoch, generated from (seed, epoch, k)."""
+        return self.task.batch(self.seed, epoch, k, self.batch_size)
 
 
 def heldout_batches(pairs: list, batch_size: int = 250) -> list:
