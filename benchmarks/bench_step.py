@@ -470,10 +470,11 @@ def targets(results: dict, peak: float) -> list:
 
 def markdown(report: dict) -> str:
     peak = report["peak_gflops"]
-    lines = [f"Measured {report['date']} on {report['machine']['model']} ({report['machine']['cpus']} CPUs), "
+    lines = [f"**{report['threads']} thread(s).** Measured {report['date']} on {report['machine']['model']} ({report['machine']['cpus']} CPUs), "
              f"{report['threads']} threads; NumPy {report['numpy']} with {report['blas_kernel']}"
              + (f", torch {report['torch']}" if report.get("torch") else "")
-             + f". float32 matmul peak (n=3072 sgemm): {peak:.0f} GFLOP/s.",
+             + f". float32 matmul peak (n=3072 sgemm, same threads): {peak:.0f} GFLOP/s. "
+             f"Load average at the end: {report.get('load_average_end', 'unknown')}.",
              "",
              ("| preset | batch (B, S, T, V) | ours ms | torch ms | ours/torch (median of pairs) | ours GFLOP/s "
               "(% peak) | torch GFLOP/s | ours tok/s | step memory ours / torch | greedy 64 tok: cached vs naive |"),
@@ -508,22 +509,56 @@ def machine() -> dict:
     return info
 
 
+def run(presets, threads: int, args, with_torch: bool, blas: list, kernel: str, env: dict) -> dict:
+    """Every preset at one thread count: the report that the table and the JSON are made from."""
+    import numpy
+
+    print(f"\n#### {threads} thread(s): NumPy {numpy.__version__}, {kernel}; load average {load_average()}", flush=True)
+    peak_start = measure_peak(threads)
+    print(f"float32 matmul peak (n={peak_start['n']}): {peak_start['best_gflops']:.0f} GFLOP/s best, "
+          f"{peak_start['median_gflops']:.0f} median", flush=True)
+    results = {}
+    for preset in presets:
+        results[preset] = bench_preset(preset, threads, args.repeats, args.steps, with_torch, args.decode_repeats)
+    peak_end = measure_peak(threads)
+    peak = max(peak_start["best_gflops"], peak_end["best_gflops"])
+    print(f"float32 matmul peak again: {peak_end['best_gflops']:.0f} GFLOP/s; using the best, {peak:.0f}")
+    torch_version = None
+    for r in results.values():
+        torch_version = r.get("torch", {}).get("torch", torch_version)
+    report = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine(),
+              "python": platform.python_version(), "numpy": numpy.__version__, "torch": torch_version,
+              "blas": blas, "blas_kernel": kernel, "env": env, "threads": threads, "peak_gflops": peak,
+              "peak_runs": [peak_start, peak_end], "load_average_end": load_average(), "presets": results}
+    report["targets"] = targets(results, peak)
+    return report
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--presets", default="tiny,small,base", help="comma-separated, from tiny,small,base")
     p.add_argument("--repeats", type=int, default=5, help="interleaved (ours, torch) pairs of runs per preset")
     p.add_argument("--steps", type=int, default=None, help="training steps per run (default: per preset)")
-    p.add_argument("--threads", type=int, default=None, help="BLAS / torch threads (default: NumPy's BLAS count)")
+    p.add_argument("--threads", default=None,
+                   help="BLAS / torch thread count, or several comma-separated (e.g. 2,1) for one table each "
+                        "(default: NumPy's BLAS thread count)")
     p.add_argument("--decode-repeats", type=int, default=2, help="cached/naive decoding pairs (0 skips decoding)")
     p.add_argument("--no-torch", action="store_true", help="skip the torch.nn.Transformer comparison")
     p.add_argument("--json", default=None, help="write the full results as JSON to this file")
-    p.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
+    p.add_argument("--markdown", default=None, help="write the table(s) as Markdown to this file")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-preset", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.worker:
-        worker_main(args.worker, args.worker_preset, args.threads)
+        worker_main(args.worker, args.worker_preset, int(args.threads))
         return 0
 
     presets = [s.strip() for s in args.presets.split(",") if s.strip()]
@@ -532,11 +567,19 @@ def main(argv=None) -> int:
         p.error(f"--presets: unknown preset(s) {unknown}; choose from {sorted(SHAPES)}")
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
-    import numpy
+    import numpy  # noqa: F401  (loads NumPy's BLAS, so that threadpoolctl can see it)
 
     blas = blas_info()
     openblas = [lib for lib in blas if lib.get("internal_api") in ("openblas", "mkl", "blis")]
-    threads = args.threads or (openblas[0]["num_threads"] if openblas else os.cpu_count())
+    if args.threads:
+        try:
+            thread_counts = [int(t) for t in args.threads.split(",")]
+        except ValueError:
+            p.error(f"--threads must be a positive int or comma-separated ints, got {args.threads!r}")
+        if any(t < 1 for t in thread_counts):
+            p.error(f"--threads must be positive, got {args.threads!r}")
+    else:
+        thread_counts = [openblas[0]["num_threads"] if openblas else os.cpu_count()]
     kernel = (f"{openblas[0]['internal_api']} {openblas[0].get('version')} kernel "
               f"{openblas[0].get('architecture')}" if openblas else "BLAS kernel unknown (no threadpoolctl)")
     try:
@@ -547,37 +590,20 @@ def main(argv=None) -> int:
         with_torch = False
     env = {k: os.environ.get(k, "<unset>") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
                                                      "OMP_NUM_THREADS")}
-    print(f"NumPy {numpy.__version__}, {kernel}, {threads} threads; env {env}")
+    print(f"BLAS: {kernel}; environment {env}")
     if env["OPENBLAS_CORETYPE"] != "<unset>" or env["OPENBLAS_L2_SIZE"] != "<unset>":
         print("note: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set; for the native kernel run "
               "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_step.py`")
 
-    peak_start = measure_peak(threads)
-    print(f"float32 matmul peak (n={peak_start['n']}): {peak_start['best_gflops']:.0f} GFLOP/s best, "
-          f"{peak_start['median_gflops']:.0f} median", flush=True)
-    results = {}
-    for preset in presets:
-        results[preset] = bench_preset(preset, threads, args.repeats, args.steps, with_torch, args.decode_repeats)
-    peak_end = measure_peak(threads)
-    peak = max(peak_start["best_gflops"], peak_end["best_gflops"])
-    print(f"float32 matmul peak again: {peak_end['best_gflops']:.0f} GFLOP/s; using the best, {peak:.0f}")
-
-    torch_version = None
-    for r in results.values():
-        torch_version = r.get("torch", {}).get("torch", torch_version)
-    report = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine(),
-              "python": platform.python_version(), "numpy": numpy.__version__, "torch": torch_version,
-              "blas": blas, "blas_kernel": kernel, "env": env, "threads": threads, "peak_gflops": peak,
-              "peak_runs": [peak_start, peak_end], "presets": results}
-    report["targets"] = targets(results, peak)
-    table = markdown(report)
-    print("\n" + table)
+    reports = [run(presets, threads, args, with_torch, blas, kernel, env) for threads in thread_counts]
+    tables = "\n".join(markdown(report) for report in reports)
+    print("\n" + tables)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+            json.dump(reports[0] if len(reports) == 1 else {"runs": reports}, f, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(table)
+            f.write(tables)
     return 0
 
 

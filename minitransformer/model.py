@@ -28,6 +28,7 @@ from .layers import (
     PositionwiseFeedForward,
     SublayerConnection,
 )
+from .layers.linear import stacked_linear
 from .masks import padding_mask, subsequent_mask
 from .module import Module, ModuleList, Parameter
 
@@ -155,9 +156,8 @@ def project_kv(attention: MultiHeadAttention, x):
     Inference only (no backward). The decoder caches them: the encoder memory is projected once per
     sentence, and each new target position adds one row to the self-attention's keys and values.
     """
-    k = attention.split_heads(attention.W_k(x))               # (B,H,T,Dk)
-    v = attention.split_heads(attention.W_v(x))               # (B,H,T,Dk)
-    return k, v
+    k, v = stacked_linear(x, (attention.W_k, attention.W_v))  # (B,T,D) each, from one matmul (speed)
+    return attention.split_heads(k), attention.split_heads(v)  # (B,H,T,Dk) each
 
 
 def attend(attention: MultiHeadAttention, query, k, v, mask=None):

@@ -75,6 +75,11 @@ def _parameter_list(owner: str, name: str, params) -> list:
 
 # -------------------------------------------------------------------------------------- optimisers
 
+# Adam's update on the CPU runs over slices of this many elements, small enough for its arrays to stay
+# in the cache between its passes (see Adam.__init__).
+CPU_CHUNK = 1 << 16
+
+
 class Optimizer:
     """Base class: the parameter list, the learning rate, the step count and the per-parameter state arrays.
 
@@ -211,13 +216,16 @@ class Adam(Optimizer):
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
         self._allocate_state()
-        # One flat work buffer per dtype, as large as the largest parameter, reused by every parameter at
-        # every step: the update below writes its intermediates into it (out=...) instead of creating five
-        # temporary arrays per parameter per step. Each fresh temporary costs an allocation and page faults
-        # (the embedding matrices are tens of MB); the work buffer costs one parameter's size, once.
+        # Speed. The update writes its intermediates into one work buffer per dtype (out=...), reused by every
+        # parameter at every step, instead of creating five temporary arrays per parameter per step. On the CPU
+        # it also runs over slices of CPU_CHUNK elements, so that its twelve passes stay in the cache instead
+        # of streaming whole arrays (the embeddings are tens of MB) from memory twelve times (measured 1.2-1.5x
+        # faster on the base model), and the work buffer is one slice long. A GPU takes whole arrays.
+        self._chunk = CPU_CHUNK if backend.get_backend() == "numpy" else None
         sizes = {}
         for p in self.params:
-            sizes[p.data.dtype] = max(sizes.get(p.data.dtype, 0), p.data.size)
+            size = p.data.size if self._chunk is None else min(p.data.size, self._chunk)
+            sizes[p.data.dtype] = max(sizes.get(p.data.dtype, 0), size)
         self._work = {dtype: backend.xp().empty(size, dtype=dtype) for dtype, size in sizes.items()}
 
     @property
@@ -231,26 +239,39 @@ class Adam(Optimizer):
         beta1, beta2 = self.beta1, self.beta2
         step_size = self.lr / (1.0 - beta1 ** t)                # lr / bias_correction1
         sqrt_bias_correction2 = math.sqrt(1.0 - beta2 ** t)
+
+        def update(p, g, m, v, work):
+            # The formulas above, operation for operation in the same order (so the result is unchanged),
+            # each written in place into m, v, p or the work buffer. All arguments have the same shape.
+            m *= beta1
+            m += xp.multiply(g, 1.0 - beta1, out=work)          # m = beta1 m + (1 - beta1) g
+            v *= beta2
+            g2 = xp.multiply(g, g, out=work)                    # g^2
+            g2 *= 1.0 - beta2
+            v += g2                                             # v = beta2 v + (1 - beta2) g^2
+            denom = xp.sqrt(v, out=work)
+            denom /= sqrt_bias_correction2                      # sqrt(v_hat)
+            denom += self.eps
+            step = xp.divide(m, denom, out=work)                # m / (sqrt(v_hat) + eps)
+            step *= step_size
+            p -= step                                           # in place: the only write to the weights
+
         for i, p in enumerate(self.params):
             m, v = self.state["m"][i], self.state["v"][i]
             g = p.grad
             if self.weight_decay:
                 g = g + self.weight_decay * p.data              # (shape of p) a new array: p.grad stays as it was
-            work = self._work[p.data.dtype][:p.data.size].reshape(p.data.shape)  # (shape of p) scratch, no copy
-            # The same operations in the same order as the formulas above (so the result is unchanged),
-            # each written in place into m, v or the work buffer.
-            m *= beta1
-            m += xp.multiply(g, 1.0 - beta1, out=work)          # m = beta1 m + (1 - beta1) g
-            v *= beta2
-            work = xp.multiply(g, g, out=work)                  # g^2
-            work *= 1.0 - beta2
-            v += work                                           # v = beta2 v + (1 - beta2) g^2
-            denom = xp.sqrt(v, out=work)
-            denom /= sqrt_bias_correction2                      # sqrt(v_hat)
-            denom += self.eps
-            update = xp.divide(m, denom, out=work)              # m / (sqrt(v_hat) + eps)
-            update *= step_size
-            p.data -= update                                    # in place: the only write to the weights
+            arrays, n = (p.data, g, m, v), p.data.size
+            if self._chunk is not None and all(a.flags.c_contiguous for a in arrays):
+                flat = [a.reshape(-1) for a in arrays]          # (n,) views
+                work = self._work[p.data.dtype]
+                for start in range(0, n, self._chunk):          # slices of CPU_CHUNK elements, in the cache
+                    stop = min(start + self._chunk, n)
+                    update(*(a[start:stop] for a in flat), work[:stop - start])
+            elif self._chunk is None:
+                update(*arrays, self._work[p.data.dtype][:n].reshape(p.data.shape))  # whole arrays (GPU)
+            else:
+                update(*arrays, xp.empty_like(p.data))          # a non-contiguous parameter: whole, own buffer
 
 
 # ----------------------------------------------------------------------------------------- schedule

@@ -62,7 +62,8 @@ class ScaledDotProductAttention(Module):
         xp = backend.xp()
         self._check_inputs(q, k, v)
         self.scale = 1.0 / math.sqrt(q.shape[-1])
-        scores = (q @ k.swapaxes(-1, -2)) * self.scale         # Q K^T / sqrt(d_k)   (B,H,Tq,Tk)
+        scores = q @ k.swapaxes(-1, -2)                        # Q K^T   (B,H,Tq,Tk)
+        scores *= self.scale                                   # / sqrt(d_k), in place: scores is ours
         if mask is not None:
             scores = self.mask_layer(scores, mask)             # (B,H,Tq,Tk)
         attn = self.softmax(scores)                            # (B,H,Tq,Tk), rows sum to 1
@@ -98,7 +99,7 @@ class ScaledDotProductAttention(Module):
         dscores = self.softmax.backward(dattn)                 # (B,H,Tq,Tk)
         if self.has_mask:
             dscores = self.mask_layer.backward(dscores)
-        dscores = dscores * self.scale
+        dscores *= self.scale                                  # in place: dscores is a fresh array
         dq = dscores @ k                                       # (B,H,Tq,Dk)
         dk = dscores.swapaxes(-1, -2) @ q                      # (B,H,Tk,Dk)
         self.q = self.k = self.v = self.attn_dropped = None

@@ -34,21 +34,32 @@ class LayerNorm(Module):
         xp = backend.xp()
         mean = x.mean(axis=-1, keepdims=True)                  # (..., 1)
         centered = x - mean                                    # (..., D)
-        var = (centered * centered).mean(axis=-1, keepdims=True)  # (..., 1) biased variance
+        out = centered * centered                              # (..., D) squares; the buffer becomes `out`
+        var = out.mean(axis=-1, keepdims=True)                 # (..., 1) biased variance
         self.rstd = 1.0 / xp.sqrt(var + self.eps)              # (..., 1)
-        self.x_hat = centered * self.rstd                      # (..., D)
-        return self.x_hat * self.gamma.data + self.beta.data   # (..., D)
+        # Speed: in place on arrays this call created (two allocations fewer; same arithmetic).
+        centered *= self.rstd
+        self.x_hat = centered                                  # (..., D)
+        xp.multiply(self.x_hat, self.gamma.data, out=out)
+        out += self.beta.data                                  # x_hat * gamma + beta  (..., D)
+        return out
 
     def backward(self, dout):                                  # dout (..., D) -> dx (..., D)
+        xp = backend.xp()
         x_hat, rstd = self.x_hat, self.rstd
         rows = dout.reshape(-1, self.d_model)                  # (N, D)
-        self.gamma.grad += (rows * x_hat.reshape(-1, self.d_model)).sum(axis=0)  # (D,)
-        self.beta.grad += rows.sum(axis=0)                     # (D,)
+        work = dout * x_hat                                    # (..., D) a buffer of ours, reused below
+        self.gamma.grad += work.reshape(-1, self.d_model).sum(axis=0)  # dgamma = sum dout * x_hat  (D,)
+        self.beta.grad += rows.sum(axis=0)                     # dbeta = sum dout  (D,)
         g = dout * self.gamma.data                             # dL/dx_hat (..., D)
-        dx = rstd * (g - g.mean(axis=-1, keepdims=True)
-                     - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))  # (..., D)
+        # dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), evaluated in place in g and `work`
+        # (speed: two (..., D) allocations instead of seven; same arithmetic).
+        g_xhat_mean = xp.multiply(g, x_hat, out=work).mean(axis=-1, keepdims=True)  # (..., 1)
+        g -= g.mean(axis=-1, keepdims=True)
+        g -= xp.multiply(x_hat, g_xhat_mean, out=work)
+        g *= rstd
         self.x_hat = self.rstd = None
-        return dx
+        return g                                               # dx (..., D)
 
     def extra_repr(self):
         return f"d_model={self.d_model}, eps={self.eps}"
