@@ -253,7 +253,9 @@ class Trainer:
 
     def fit(self) -> dict:
         """Train until a stop condition; save a final checkpoint. Returns ``summary()``."""
-        from tqdm import tqdm  # the plain bar: tqdm.auto wants ipywidgets in Jupyter and warns without it
+        from tqdm import (
+            tqdm,  # the plain bar: tqdm.auto wants ipywidgets in Jupyter and warns without it
+        )
 
         self.model.train()
         self._consecutive_skips = 0
