@@ -253,9 +253,8 @@ class Trainer:
 
     def fit(self) -> dict:
         """Train until a stop condition; save a final checkpoint. Returns ``summary()``."""
-        from tqdm import (
-            tqdm,  # the plain bar: tqdm.auto wants ipywidgets in Jupyter and warns without it
-        )
+        # The plain bar: tqdm.auto wants ipywidgets in Jupyter and warns without them.
+        from tqdm import tqdm
 
         self.model.train()
         self._consecutive_skips = 0
