@@ -1,7 +1,7 @@
 """Speed of one training step, ours against torch.nn.Transformer on the same CPU, and of cached decoding.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_step.py \
-        [--presets tiny,small,base] [--repeats N] [--json out.json] [--markdown out.md]
+        [--presets tiny,small,base] [--repeats N] [--threads 2,1] [--json out.json] [--markdown out.md]
 
 For each preset and its batch shape (the shapes of issue 6):
 
@@ -39,6 +39,12 @@ ignore_index, torch.optim.Adam with the same betas and eps, the same batch, and
 torch.set_num_threads(the BLAS thread count NumPy uses). The two workers run interleaved -- ours, torch,
 ours, torch, ... -- each run timing a few steps, and the ratio ours/torch is printed per pair of runs and
 as the median over pairs. On a shared machine absolute times are noisy; the paired ratios are the figure.
+
+``--threads`` defaults to NumPy's BLAS thread count (all cores); ``--threads 2,1`` runs everything at 2 and
+then at 1 thread, one table each. On a machine that other processes share, multi-threaded BLAS (and OpenMP
+in torch) degrades badly whenever a core is taken (threads wait for each other at every small matmul):
+the 1-thread table is then the fair comparison, and the load average printed with each table says how
+busy the machine was.
 
 Run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (``env -u``, for this command only) so that
 OpenBLAS picks its native kernel; the script prints which kernel runs (threadpoolctl, when installed).
