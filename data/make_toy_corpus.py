@@ -1,4 +1,4 @@
-"""Write the bundled toy English -> German corpus to data/toy/{train,valid,test}.{en,de}.
+"""Write the bundled toy English -> German corpus to data/toy/{train,valid,test}.{en,de}.txt.
 
     python data/make_toy_corpus.py              # the default corpus (seed 0, 6000 / 500 / 500 pairs)
     python data/make_toy_corpus.py --out /tmp/toy --seed 3

@@ -2,7 +2,7 @@
 
 Each loader returns a list of (source sentence, target sentence) pairs of str.
 
-- ``load_toy(split)``: data/toy/{train,valid,test}.{en,de} of this repository, English -> German by default.
+- ``load_toy(split)``: data/toy/{train,valid,test}.{en,de}.txt of this repository, English -> German by default.
   Without the files (an installed package has no data/ folder) the same corpus is generated in memory
   by ``toy_grammar`` -- the files are that generator's output.
 - ``load_multi30k(directory, split)``: the Multi30k task-1 raw files (Elliott et al. 2016), German -> English
@@ -62,14 +62,14 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
              directory=None) -> list[tuple[str, str]]:
     """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs, English -> German by default.
 
-    directory: where {split}.en / {split}.de are (default data/toy of the repository). When the files are
+    directory: where {split}.en.txt / {split}.de.txt are (default data/toy of the repository). When the files are
     missing the corpus is generated in memory (the same sentences the files hold).
     """
     if split not in TOY_SPLITS:
         raise ValueError(f"load_toy: split must be one of {TOY_SPLITS}, got {split!r}")
     _check_langs(src_lang, tgt_lang, "load_toy")
     directory = TOY_DIR if directory is None else Path(directory)
-    src_path, tgt_path = directory / f"{split}.{src_lang}", directory / f"{split}.{tgt_lang}"
+    src_path, tgt_path = directory / f"{split}.{src_lang}.txt", directory / f"{split}.{tgt_lang}.txt"
     if src_path.is_file() and tgt_path.is_file():
         return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
     pairs = toy_grammar.generate_corpus()[split]                       # (en, de)

@@ -321,13 +321,13 @@ def generate_corpus(seed: int = DEFAULT_SEED, sizes: dict | None = None) -> dict
 
 
 def write_corpus(corpus: dict, directory) -> list[Path]:
-    """Write {split}.en and {split}.de (UTF-8, one sentence a line) under directory. -> the paths written."""
+    """Write {split}.en.txt and {split}.de.txt (UTF-8, one sentence a line) under directory. -> the paths written."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for split, pairs in corpus.items():
         for side, lang in enumerate(("en", "de")):
-            path = directory / f"{split}.{lang}"
+            path = directory / f"{split}.{lang}.txt"
             path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
             written.append(path)
     return written

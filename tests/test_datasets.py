@@ -48,8 +48,8 @@ def test_files_on_disk_equal_generator_output(corpus):
     toy = REPO / "data" / "toy"
     for split in toy_grammar.SPLITS:
         for side, lang in enumerate(("en", "de")):
-            text = (toy / f"{split}.{lang}").read_text(encoding="utf-8")
-            assert text == "".join(pair[side] + "\n" for pair in corpus[split]), f"{split}.{lang} is stale: rerun data/make_toy_corpus.py"
+            text = (toy / f"{split}.{lang}.txt").read_text(encoding="utf-8")
+            assert text == "".join(pair[side] + "\n" for pair in corpus[split]), f"{split}.{lang}.txt is stale: rerun data/make_toy_corpus.py"
     assert sum(p.stat().st_size for p in toy.iterdir()) < 1_000_000
 
 
