@@ -246,12 +246,25 @@ def atomic_write_arrays(path, arrays: dict) -> None:
             _append_digest(f)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    _publish(tmp, path, directory)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _publish(tmp: str, path: str, directory: str) -> None:
+    """os.replace(tmp, path), then fsync the folder so the rename itself survives a crash; on failure remove tmp."""
+    try:
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove_quietly(tmp)
         raise
     _fsync_directory(directory)
 
@@ -489,15 +502,7 @@ class CheckpointManager:
         except OSError:
             atomic_write_arrays(self.latest, arrays)  # no hard links here: write it again
             return
-        try:
-            os.replace(tmp, self.latest)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_directory(self.directory)
+        _publish(tmp, self.latest, self.directory)
 
     def _prune(self) -> None:
         for old in list_checkpoints(self.directory)[:-self.keep]:
