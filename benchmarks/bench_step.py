@@ -200,6 +200,7 @@ class OursWorker:
 
         self.np, self.mt = numpy, mt
         self._limits = _limit_blas_threads(threads)
+        mt.backend.set_num_threads(threads)                         # our own threads (Adam's update) too
         self.memory = MemoryProbe()
         mt.set_default_dtype("float32")
         mt.manual_seed(0)

@@ -13,12 +13,19 @@ Two generators, both seeded by ``manual_seed``:
                    so the same seed gives the same weights on NumPy and on CuPy.
 - ``device_rng()`` a Generator of the active backend. Dropout masks are drawn with it, on the device
                    where the activations live (no host-to-device copy per step).
+
+CPU threads: BLAS spreads each large matrix product over the cores by itself, but NumPy runs every
+ufunc on one core. ``parallel_map`` gives independent pieces of such work to ``get_num_threads()``
+threads where it is worth it (Adam's update); ``set_num_threads`` or the environment
+(``MINITRANSFORMER_NUM_THREADS``, else ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS``) sets how many.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import types
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy
 
@@ -36,6 +43,9 @@ class _State:
         self.seed = None
         self.host_rng = numpy.random.default_rng()
         self.device_rng = self.host_rng
+        self.num_threads = 1
+        self.pool = None            # ThreadPoolExecutor, created on first use
+        self.pool_lock = threading.Lock()
 
 
 _state = _State()
@@ -187,9 +197,55 @@ def scatter_add(target, indices, values) -> None:
         _state.xp.add.at(target, indices, values)
 
 
+# ----------------------------------------------------------------------------- CPU threads
+
+def set_num_threads(n: int) -> None:
+    """How many CPU threads ``parallel_map`` uses (BLAS keeps its own setting)."""
+    if isinstance(n, bool) or not isinstance(n, (int, numpy.integer)) or n < 1:
+        raise ValueError(f"set_num_threads: n must be a positive int, got {n!r}")
+    with _state.pool_lock:
+        if _state.pool is not None:
+            _state.pool.shutdown(wait=True)
+        _state.num_threads, _state.pool = int(n), None
+
+
+def get_num_threads() -> int:
+    return _state.num_threads
+
+
+def _threads_from_env() -> int:
+    for var in ("MINITRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def parallel_map(fn, items) -> list:
+    """``[fn(item) for item in items]``, run on up to ``get_num_threads()`` threads at once.
+
+    Why threads help with NumPy: each ufunc and each matrix product releases Python's GIL while it
+    computes, so two threads calling NumPy on different slices really do run on two cores. The items
+    must be independent (each writes only its own output). With one thread, or on a GPU backend (whose
+    kernels are asynchronous anyway), it is the plain loop.
+    """
+    items = list(items)
+    if _state.num_threads == 1 or len(items) < 2 or _state.xp is not numpy:
+        return [fn(item) for item in items]
+    with _state.pool_lock:
+        if _state.pool is None:
+            _state.pool = ThreadPoolExecutor(_state.num_threads, thread_name_prefix="minitransformer")
+        pool = _state.pool
+    return list(pool.map(fn, items))
+
+
 # ----------------------------------------------------------------------------- environment
 
 def _init_from_env():
+    _state.num_threads = _threads_from_env()
     name = os.environ.get("MINITRANSFORMER_BACKEND")
     if name:
         set_backend(name.strip().lower())

@@ -216,17 +216,15 @@ class Adam(Optimizer):
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
         self._allocate_state()
-        # Speed. The update writes its intermediates into one work buffer per dtype (out=...), reused by every
-        # parameter at every step, instead of creating five temporary arrays per parameter per step. On the CPU
-        # it also runs over slices of CPU_CHUNK elements, so that its twelve passes stay in the cache instead
-        # of streaming whole arrays (the embeddings are tens of MB) from memory twelve times (measured 1.2-1.5x
-        # faster on the base model), and the work buffer is one slice long. A GPU takes whole arrays.
+        # Speed. The update writes its intermediates into work buffers (out=...), reused by every parameter
+        # at every step, instead of creating five temporary arrays per parameter per step. On the CPU it also
+        # runs over slices of CPU_CHUNK elements, so that its twelve passes stay in the cache instead of
+        # streaming whole arrays (the embeddings are tens of MB) from memory twelve times (measured 1.2-1.5x
+        # faster on the base model), and the slices are shared out among the CPU threads (they are
+        # independent; see backend.parallel_map): one work buffer of one slice per thread. A GPU takes whole
+        # arrays, with one work buffer as long as the largest parameter.
         self._chunk = CPU_CHUNK if backend.get_backend() == "numpy" else None
-        sizes = {}
-        for p in self.params:
-            size = p.data.size if self._chunk is None else min(p.data.size, self._chunk)
-            sizes[p.data.dtype] = max(sizes.get(p.data.dtype, 0), size)
-        self._work = {dtype: backend.xp().empty(size, dtype=dtype) for dtype, size in sizes.items()}
+        self._work = {}   # dtype -> (threads, CPU_CHUNK) on the CPU, (1, largest size) on a GPU
 
     @property
     def betas(self) -> tuple:
@@ -256,6 +254,7 @@ class Adam(Optimizer):
             step *= step_size
             p -= step                                           # in place: the only write to the weights
 
+        slices = []                                             # (p, g, m, v) slices of CPU_CHUNK elements
         for i, p in enumerate(self.params):
             m, v = self.state["m"][i], self.state["v"][i]
             g = p.grad
@@ -264,14 +263,30 @@ class Adam(Optimizer):
             arrays, n = (p.data, g, m, v), p.data.size
             if self._chunk is not None and all(a.flags.c_contiguous for a in arrays):
                 flat = [a.reshape(-1) for a in arrays]          # (n,) views
-                work = self._work[p.data.dtype]
-                for start in range(0, n, self._chunk):          # slices of CPU_CHUNK elements, in the cache
-                    stop = min(start + self._chunk, n)
-                    update(*(a[start:stop] for a in flat), work[:stop - start])
+                slices += [tuple(a[start:start + self._chunk] for a in flat) for start in range(0, n, self._chunk)]
             elif self._chunk is None:
-                update(*arrays, self._work[p.data.dtype][:n].reshape(p.data.shape))  # whole arrays (GPU)
+                work = self._work_buffers(p.data.dtype, 1, n)[0, :n]
+                update(*arrays, work.reshape(p.data.shape))     # whole arrays (GPU)
             else:
                 update(*arrays, xp.empty_like(p.data))          # a non-contiguous parameter: whole, own buffer
+        if not slices:
+            return
+        # Thread k updates slices k, k + threads, k + 2 threads, ... with its own row of the work buffers.
+        threads = min(backend.get_num_threads(), len(slices))
+        work = {dtype: self._work_buffers(dtype, threads, self._chunk) for dtype in {s[0].dtype for s in slices}}
+
+        def update_share(k):
+            for p, g, m, v in slices[k::threads]:
+                update(p, g, m, v, work[p.dtype][k, :p.size])
+
+        backend.parallel_map(update_share, range(threads))
+
+    def _work_buffers(self, dtype, rows: int, size: int):
+        """At least `rows` work buffers of `size` elements, as one (rows, size) array kept between steps."""
+        buf = self._work.get(dtype)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] < size:
+            buf = self._work[dtype] = backend.xp().empty((rows, size), dtype=dtype)
+        return buf
 
 
 # ----------------------------------------------------------------------------------------- schedule

@@ -22,8 +22,11 @@ if os.environ.get("MINITRANSFORMER_TEST_BACKEND") == "fakecupy":
 @pytest.fixture(autouse=True)
 def _restore_backend():
     backend, xp, dtype = mt.get_backend(), mt.backend.xp(), mt.get_default_dtype()
+    threads = mt.backend.get_num_threads()
     mt.manual_seed(0)
     yield
+    if mt.backend.get_num_threads() != threads:
+        mt.backend.set_num_threads(threads)
     if mt.get_backend() != backend:
         mt.set_backend(xp)          # the module itself: the fake has no name set_backend knows
     mt.set_default_dtype(dtype)

@@ -349,7 +349,7 @@ for _name in (
 dtype, iinfo, finfo = numpy.dtype, numpy.iinfo, numpy.finfo
 float16, float32, float64 = numpy.float16, numpy.float32, numpy.float64
 int8, int16, int32, int64, intp = numpy.int8, numpy.int16, numpy.int32, numpy.int64, numpy.intp
-uint8, uint32, uint64, bool_ = numpy.uint8, numpy.uint32, numpy.uint64, numpy.bool_
+uint8, uint16, uint32, uint64, bool_ = numpy.uint8, numpy.uint16, numpy.uint32, numpy.uint64, numpy.bool_
 inf, nan, pi, e, newaxis = numpy.inf, numpy.nan, numpy.pi, numpy.e, numpy.newaxis
 
 

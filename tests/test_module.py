@@ -131,6 +131,40 @@ def test_backend_from_environment_variable():
     assert bad.returncode != 0 and "set_backend: name must be one of" in bad.stderr
 
 
+def test_thread_count_from_the_environment_and_checked():
+    import subprocess
+    import sys
+    code = "import minitransformer as mt; print(mt.backend.get_num_threads())"
+    base = {"PATH": "/usr/bin:/bin"}
+    for env, expected in (({"MINITRANSFORMER_NUM_THREADS": "3", "OMP_NUM_THREADS": "1"}, "3"),
+                          ({"OPENBLAS_NUM_THREADS": "1"}, "1"),
+                          ({"OMP_NUM_THREADS": "5", "OPENBLAS_NUM_THREADS": "1"}, "5")):
+        out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
+                             check=True)
+        assert out.stdout.strip() == expected, env
+    for bad in (0, -1, 1.5, "2", True, None):
+        with pytest.raises(ValueError, match=r"set_num_threads: n must be a positive int, got"):
+            mt.backend.set_num_threads(bad)
+
+
+def test_parallel_map_keeps_order_and_really_runs_concurrently():
+    import threading
+    mt.backend.set_num_threads(3)
+    # Each call waits until three calls are inside it at once: run one after another, they would time out.
+    barrier = threading.Barrier(3, timeout=10)
+
+    def work(i):
+        barrier.wait()
+        return i * i, threading.current_thread().name
+
+    results = mt.backend.parallel_map(work, range(3))
+    assert [r[0] for r in results] == [0, 1, 4]
+    assert len({r[1] for r in results}) == 3
+    mt.backend.set_num_threads(1)                             # one thread: the plain loop, in this thread
+    assert mt.backend.parallel_map(lambda i: threading.current_thread().name, range(3)) == \
+        [threading.current_thread().name] * 3
+
+
 def test_to_numpy_returns_host_arrays():
     x = np.arange(3.0)
     assert mt.to_numpy(x) is x

@@ -127,6 +127,27 @@ def test_adam_first_step_by_hand():
     np.testing.assert_allclose(params[0].data, start - 0.1 * g / (np.abs(g) + 1e-9), rtol=1e-14)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_adam_on_several_threads_gives_bitwise_the_one_thread_update(threads):
+    # Slices of CPU_CHUNK elements are shared out among the threads: several slices, a partial last one,
+    # a parameter smaller than one slice, and a float32 parameter next to float64 ones (one work buffer each).
+    shapes = [(2 * optim.CPU_CHUNK + 7,), (301, 299), (5,)]
+    runs = []
+    for n in (1, threads):
+        mt.backend.set_num_threads(n)
+        params = make_params(3, shapes) + [mt.Parameter(np.linspace(-1, 1, 1001, dtype=np.float32))]
+        opt = optim.Adam(params, lr=1e-2, weight_decay=0.01)
+        rng = np.random.default_rng(4)
+        for _ in range(3):
+            set_grads(params, random_grads(rng, shapes) + [rng.normal(size=1001).astype(np.float32)])
+            opt.step()
+        runs.append([p.data.copy() for p in params])
+    for one, many in zip(*runs):
+        assert one.dtype == many.dtype
+        np.testing.assert_array_equal(one, many)
+    assert not np.array_equal(runs[0][0], make_params(3, shapes)[0].data)   # and the weights did move
+
+
 def test_weight_decay_does_not_touch_grad_and_zero_grad_clears():
     params = make_params()
     grads = random_grads(np.random.default_rng(3))
