@@ -224,6 +224,16 @@ def _threads_from_env() -> int:
         return os.cpu_count() or 1
 
 
+def _forget_pool_in_child() -> None:
+    # A child made by os.fork has none of its parent's threads: a pool copied from the parent would queue
+    # work that no thread ever runs. The child makes its own pool on first use.
+    _state.pool, _state.pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def parallel_map(fn, items) -> list:
     """``[fn(item) for item in items]``, run on up to ``get_num_threads()`` threads at once.
 

@@ -1,5 +1,9 @@
 """Module and Parameter bookkeeping, and the backend switch."""
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -163,6 +167,27 @@ def test_parallel_map_keeps_order_and_really_runs_concurrently():
     mt.backend.set_num_threads(1)                             # one thread: the plain loop, in this thread
     assert mt.backend.parallel_map(lambda i: threading.current_thread().name, range(3)) == \
         [threading.current_thread().name] * 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_parallel_map_works_in_a_forked_child():
+    # The parent's pool exists (and its threads do not, in the child): the child must not wait for them.
+    mt.backend.set_num_threads(2)
+    assert mt.backend.parallel_map(lambda i: i + 1, range(4)) == [1, 2, 3, 4]
+    pid = os.fork()
+    if pid == 0:                                               # the child: exit 0 only if the work got done
+        ok = mt.backend.parallel_map(lambda i: i + 1, range(4)) == [1, 2, 3, 4]
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("parallel_map hung in a forked child")
 
 
 def test_to_numpy_returns_host_arrays():

@@ -11,7 +11,8 @@ class Dropout(Module):
     """out = x * m / (1 - p), m ~ Bernoulli(1 - p) per element; the identity in eval mode.
                                                                             Shapes: (...) -> (...)
     Scaling by 1/(1-p) during training keeps E[out] = x, so nothing changes at inference.
-    The mask is drawn with ``backend.device_rng()``: ``mt.manual_seed`` makes it reproducible.
+    The mask is drawn with ``backend.device_rng()``: ``mt.manual_seed`` makes it reproducible. It comes
+    from 16-bit random integers, so the drop rate is p rounded to a multiple of 1/65536 (see forward).
     Cache: the scaled mask m / (1 - p), the whole derivative: dx = dout * m / (1 - p).
     """
 
