@@ -466,11 +466,11 @@ class Transformer(Module):
         return self._decode(tgt_in, memory, src_mask)
 
     def _encode(self, src, src_mask):
-        x = self.src_dropout(self.src_pos(self.src_embed(src)))  # (B,S,D)
+        x = self.src_dropout(self.src_pos(self.src_embed(src, check_range=False)))  # (B,S,D)
         return self.encoder(x, src_mask)                       # (B,S,D)
 
     def _decode(self, tgt_in, memory, src_mask):
-        y = self.tgt_dropout(self.tgt_pos(self.tgt_embed(tgt_in)))  # (B,T,D)
+        y = self.tgt_dropout(self.tgt_pos(self.tgt_embed(tgt_in, check_range=False)))  # (B,T,D)
         y = self.decoder(y, memory, self.tgt_mask(tgt_in), src_mask)  # (B,T,D)
         return self.projection(y)                              # (B,T,V)
 

@@ -28,8 +28,12 @@ class Embedding(Module):
         init = backend.host_rng().normal(0.0, d_model**-0.5, size=(num_embeddings, d_model))
         self.weight = Parameter(init)                          # E (V, D)
 
-    def forward(self, ids):                                    # ids (B,T) int
-        check_ids("Embedding", "ids", ids, self.num_embeddings)
+    def forward(self, ids, check_range: bool = True):          # ids (B,T) int
+        """check_range=False skips checking that every id is in [0, V). On a GPU that check waits for the
+        device and copies two numbers to the host; the Transformer's forward, encode and decode pass False
+        because they have checked the ids on the host already, before moving them to the device."""
+        if check_range:
+            check_ids("Embedding", "ids", ids, self.num_embeddings)
         self.ids = ids
         out = self.weight.data[ids]                            # (B,T,D), a gathered copy
         if self.scale != 1.0:
