@@ -19,6 +19,8 @@ Both functions run the model in eval mode (dropout off) and restore its previous
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy
 
 from . import backend
@@ -64,10 +66,11 @@ class _NextToken:
     """Log-probabilities of the next token for a batch of prefixes: cached (one new position per call)
     or naive (the whole prefix again). Both sides of the comparison share everything else."""
 
-    def __init__(self, model, memory, src_mask, naive: bool):
+    def __init__(self, model, src, naive: bool):              # src (B,S) on the device
         self.model, self.naive = model, naive
-        self.memory, self.src_mask = memory, src_mask
-        self.cache = None if naive else KVCache(model, memory, src_mask)
+        self.src_mask = model.src_mask(src)                    # (B,1,1,S)
+        self.memory = model.encode(src)                        # (B,S,D), the source encoded once
+        self.cache = None if naive else KVCache(model, self.memory, self.src_mask)
 
     def log_probs(self, prefix):                               # prefix (b,t) host ints -> (b,V) host float64
         xp = backend.xp()
@@ -114,6 +117,18 @@ def _prepare(owner, model, src, max_len):
     return src, limits.astype(numpy.int64)
 
 
+@contextlib.contextmanager
+def _eval_mode(model):
+    """model.eval() while decoding, then the mode it had: decoding in the middle of training (a validation
+    BLEU) must not leave dropout switched off."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def _top_k(scores, k: int):
     """Column indices of the k largest scores of each row, best first; equal scores in index order.
                                                                   Shapes: scores (b,n) -> (b,k) ints
@@ -142,13 +157,9 @@ def greedy_decode(model, src, max_len=None, naive: bool = False) -> list:
     owner = "greedy_decode"
     src, limits = _prepare(owner, model, src, max_len)
     c = model.config
-    was_training = model.training
-    model.eval()
-    try:
-        src_mask = model.src_mask(src)                         # (B,1,1,S)
-        memory = model.encode(src)                             # (B,S,D)
+    with _eval_mode(model):
+        step = _NextToken(model, src, naive)
         B = src.shape[0]
-        step = _NextToken(model, memory, src_mask, naive)
         outputs = [[] for _ in range(B)]
         rows = numpy.arange(B)                                 # the sentence each batch row belongs to (b,)
         prefix = numpy.full((B, 1), c.bos_id, dtype=numpy.int64)   # (b,t): BOS, then what was generated
@@ -166,8 +177,6 @@ def greedy_decode(model, src, max_len=None, naive: bool = False) -> list:
             rows = rows[keep]
             prefix = numpy.concatenate([prefix[keep], next_ids[keep, None]], axis=1)   # (b,t+1)
         return outputs
-    finally:
-        model.train(was_training)
 
 
 def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None, naive: bool = False) -> list:
@@ -192,13 +201,9 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     src, limits = _prepare(owner, model, src, max_len)
     c = model.config
     K, eos = int(beam_size), c.eos_id
-    was_training = model.training
-    model.eval()
-    try:
-        src_mask = model.src_mask(src)                         # (B,1,1,S)
-        memory = model.encode(src)                             # (B,S,D)
+    with _eval_mode(model):
+        step = _NextToken(model, src, naive)                   # memory projected once per sentence ...
         B = src.shape[0]
-        step = _NextToken(model, memory, src_mask, naive)      # memory projected once per sentence ...
         step.select(numpy.repeat(numpy.arange(B), K))          # ... then copied to its K beams: rows (B*K)
         outputs = [None] * B
         rows = numpy.arange(B)                                 # the sentence of each row of the arrays below
@@ -246,8 +251,6 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
             rows, log_p, final, ended = rows[keep], log_p[keep], final[keep], ended[keep]
             lengths, tokens = lengths[keep], tokens[keep]
         return outputs
-    finally:
-        model.train(was_training)
 
 
 __all__ = ["KVCache", "beam_search", "greedy_decode", "length_penalty"]

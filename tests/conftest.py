@@ -43,3 +43,15 @@ def float64():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def cupy_gpu():
+    """The real CuPy, for the tests that need a GPU; skipped where CuPy or a CUDA device is missing."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("CuPy is installed but sees no GPU")
+    except cupy.cuda.runtime.CUDARuntimeError:
+        pytest.skip("CuPy is installed but sees no GPU")
+    return cupy

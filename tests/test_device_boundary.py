@@ -30,21 +30,11 @@ TASK = SequenceTask("copy", num_symbols=6, min_len=2, max_len=6)
 TOLERANCE = {"fakecupy": {"rtol": 0, "atol": 0}, "cupy": {"rtol": 1e-9, "atol": 1e-12}}
 
 
-def _cupy_or_skip():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("CuPy is installed but sees no GPU")
-    except cupy.cuda.runtime.CUDARuntimeError:
-        pytest.skip("CuPy is installed but sees no GPU")
-    return cupy
-
-
 @pytest.fixture(params=["fakecupy", "cupy"])
 def device(request):
     """The device backend's name; the test switches to it with ``use(device)`` (NumPy stays the reference)."""
     if request.param == "cupy":
-        _cupy_or_skip()
+        request.getfixturevalue("cupy_gpu")                    # skips without a GPU
     return request.param
 
 

@@ -197,12 +197,8 @@ def test_bad_constructor_arguments(kwargs, match):
 
 # ------------------------------------------------------------------------------------------------- CuPy
 
-def test_cupy_matches_numpy():
-    cupy = pytest.importorskip("cupy")
-    try:
-        cupy.cuda.runtime.getDeviceCount()
-    except cupy.cuda.runtime.CUDARuntimeError:
-        pytest.skip("CuPy is installed but no CUDA device is available")
+def test_cupy_matches_numpy(cupy_gpu):
+    cupy = cupy_gpu
     logits, target = make_batch((3, 5), 7, seed=8)
     ref = CrossEntropyLoss(0, 0.1)
     expected, expected_grad = ref(logits, target), ref.backward()

@@ -292,12 +292,8 @@ def test_non_parameter_is_a_type_error():
 
 # ------------------------------------------------------------------------------------------ CuPy
 
-def test_cupy_adam_and_clip_match_numpy():
-    cupy = pytest.importorskip("cupy")
-    try:
-        cupy.cuda.runtime.getDeviceCount()
-    except cupy.cuda.runtime.CUDARuntimeError:
-        pytest.skip("CuPy is installed but no CUDA device is available")
+def test_cupy_adam_and_clip_match_numpy(cupy_gpu):
+    cupy = cupy_gpu
     grads = random_grads(np.random.default_rng(6))
     params = make_params()
     set_grads(params, grads)
