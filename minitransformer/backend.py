@@ -205,7 +205,7 @@ def set_num_threads(n: int) -> None:
         raise ValueError(f"set_num_threads: n must be a positive int, got {n!r}")
     with _state.pool_lock:
         if _state.pool is not None:
-            _state.pool.shutdown(wait=True)
+            _state.pool.shutdown(wait=False)                  # its threads end after any work in hand
         _state.num_threads, _state.pool = int(n), None
 
 
@@ -224,6 +224,9 @@ def _threads_from_env() -> int:
         return os.cpu_count() or 1
 
 
+_POOL_NAME = "minitransformer-pool"
+
+
 def _forget_pool_in_child() -> None:
     # A child made by os.fork has none of its parent's threads: a pool copied from the parent would queue
     # work that no thread ever runs. The child makes its own pool on first use.
@@ -239,15 +242,16 @@ def parallel_map(fn, items) -> list:
 
     Why threads help with NumPy: each ufunc and each matrix product releases Python's GIL while it
     computes, so two threads calling NumPy on different slices really do run on two cores. The items
-    must be independent (each writes only its own output). With one thread, or on a GPU backend (whose
-    kernels are asynchronous anyway), it is the plain loop.
+    must be independent (each writes only its own output). With one thread, on a GPU backend (whose
+    kernels are asynchronous anyway), or when called from inside another parallel_map, it is the plain loop.
     """
     items = list(items)
-    if _state.num_threads == 1 or len(items) < 2 or _state.xp is not numpy:
+    in_pool = threading.current_thread().name.startswith(_POOL_NAME)   # nested: the pool may be all busy
+    if _state.num_threads == 1 or len(items) < 2 or _state.xp is not numpy or in_pool:
         return [fn(item) for item in items]
     with _state.pool_lock:
         if _state.pool is None:
-            _state.pool = ThreadPoolExecutor(_state.num_threads, thread_name_prefix="minitransformer")
+            _state.pool = ThreadPoolExecutor(_state.num_threads, thread_name_prefix=_POOL_NAME)
         pool = _state.pool
     return list(pool.map(fn, items))
 

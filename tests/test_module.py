@@ -164,6 +164,20 @@ def test_parallel_map_keeps_order_and_really_runs_concurrently():
     results = mt.backend.parallel_map(work, range(3))
     assert [r[0] for r in results] == [0, 1, 4]
     assert len({r[1] for r in results}) == 3
+    # Called from inside a parallel_map (every pool thread busy with the outer call), it runs inline.
+    mt.backend.set_num_threads(2)
+    both_busy = threading.Barrier(2, timeout=10)
+
+    def outer(i):
+        both_busy.wait()                                       # both pool threads are in an outer call now
+        return mt.backend.parallel_map(lambda j: i * 10 + j, range(3))
+
+    nested = []
+    caller = threading.Thread(target=lambda: nested.append(mt.backend.parallel_map(outer, range(2))), daemon=True)
+    caller.start()
+    caller.join(timeout=20)
+    assert not caller.is_alive(), "a parallel_map inside a parallel_map waited for itself"
+    assert nested == [[[0, 1, 2], [10, 11, 12]]]
     mt.backend.set_num_threads(1)                             # one thread: the plain loop, in this thread
     assert mt.backend.parallel_map(lambda i: threading.current_thread().name, range(3)) == \
         [threading.current_thread().name] * 3
