@@ -225,6 +225,12 @@ class Adam(Optimizer):
         # arrays, with one work buffer as long as the largest parameter.
         self._chunk = CPU_CHUNK if backend.get_backend() == "numpy" else None
         self._work = {}   # dtype -> (threads, CPU_CHUNK) on the CPU, (1, largest size) on a GPU
+        if self._chunk is None:
+            largest = {}
+            for p in self.params:
+                largest[p.data.dtype] = max(largest.get(p.data.dtype, 0), p.data.size)
+            for dtype, size in largest.items():
+                self._work_buffers(dtype, 1, size)              # made once, here, not while stepping
 
     @property
     def betas(self) -> tuple:
