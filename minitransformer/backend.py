@@ -137,6 +137,23 @@ def device_rng():
     return _state.device_rng
 
 
+def random_uint16(shape):
+    """Uniform random integers in [0, 65536), dtype uint16, drawn with ``device_rng()`` (dropout's masks).
+
+    Speed: on the CPU they are cut from 64-bit draws, four from each word. NumPy hands out full-range 64-bit
+    integers straight from its bit generator, and that is 1.7-1.9x faster per 16-bit number than asking
+    it for uint16 (measured for 0.26-2.1 M numbers, the sizes dropout draws on the base model). Every 64-bit
+    value is equally likely, so each 16-bit quarter is uniform and independent of the others.
+    On a GPU: one plain call of the generator.
+    """
+    xp = _state.xp
+    if xp is not numpy:
+        return device_rng().integers(0, 1 << 16, size=shape, dtype=xp.uint16)
+    n = int(numpy.prod(shape))
+    words = device_rng().integers(0, 2**64 - 1, size=-(-n // 4), dtype=numpy.uint64, endpoint=True)
+    return words.view(numpy.uint16)[:n].reshape(shape)         # four 16-bit integers per word
+
+
 def get_rng_state() -> dict:
     """Both generators' states as plain JSON-able data (for checkpoints and exact resume)."""
     state = {"host": _state.host_rng.bit_generator.state, "seed": _state.seed}

@@ -121,14 +121,12 @@ def test_dropout_keeps_expected_value_and_is_identity_in_eval():
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
 def test_dropout_drops_exactly_the_integers_below_round_p_times_65536(monkeypatch, p):
-    # A generator whose "random" 16-bit integers are 0, 1, ..., 65535 once each: the mask must drop exactly
+    # "Random" 16-bit integers that are 0, 1, ..., 65535 once each: the mask must drop exactly
     # round(p * 65536) of them (the smallest), keep the rest, and scale the kept ones by 1/(1-p).
-    class EveryValueOnce:
-        def integers(self, low, high, size, dtype):
-            assert (low, high) == (0, 1 << 16) and np.dtype(dtype) == np.uint16
-            return np.arange(1 << 16, dtype=np.uint16).reshape(size)
+    def every_value_once(shape):
+        return np.arange(1 << 16, dtype=np.uint16).reshape(shape)
 
-    monkeypatch.setattr(mt.backend, "device_rng", lambda: EveryValueOnce())
+    monkeypatch.setattr(mt.backend, "random_uint16", every_value_once)
     drop = L.Dropout(p)
     y = drop(np.ones((256, 256), dtype=np.float32))
     dropped = np.flatnonzero(y.reshape(-1) == 0)

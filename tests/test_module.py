@@ -112,6 +112,38 @@ def test_default_dtype_and_seed():
         mt.manual_seed(-1)
 
 
+@pytest.mark.parametrize("shape", [(3, 5, 7), (1,), (0, 4), (512, 1031)])
+def test_random_uint16_shape_dtype_and_reproducible(shape):
+    mt.manual_seed(3)
+    a = mt.backend.random_uint16(shape)
+    mt.manual_seed(3)
+    b = mt.backend.random_uint16(shape)
+    assert a.shape == shape and a.dtype == np.uint16
+    np.testing.assert_array_equal(a, b)
+    if a.size > 1:
+        assert not np.array_equal(a, mt.backend.random_uint16(shape))    # the next call draws new numbers
+
+
+def test_random_uint16_is_uniform_and_its_neighbours_independent():
+    # The CPU path cuts four 16-bit integers from each 64-bit draw: every bit, every value range and every
+    # pair of neighbours (inside one word and across words) must look like independent uniform draws.
+    mt.manual_seed(0)
+    n = 1 << 22
+    r = mt.backend.random_uint16((n,)).astype(np.int64)
+    bits = (r[:, None] >> np.arange(16)) & 1                             # (n, 16)
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 5 * 0.5 / np.sqrt(n))   # 5 sigma per bit
+    counts = np.bincount(r >> 8, minlength=256)                          # the high byte: 256 equal bins
+    expected = n / 256
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 255 + 6 * np.sqrt(2 * 255)                             # chi-square, 255 dof, ~6 sigma
+    for position in range(4):                                            # each quarter of the 64-bit words
+        quarter = r[position::4]
+        assert abs(quarter.mean() - 32767.5) < 5 * 18918 / np.sqrt(quarter.size)   # std of U{0..65535}
+    x = (r - 32767.5) / 18918.6
+    for lag in (1, 2, 3, 4, 5):
+        assert abs(np.mean(x[:-lag] * x[lag:])) < 5 / np.sqrt(n)         # correlation of neighbours ~ 0
+
+
 def test_backend_switch_errors():
     with pytest.raises(ValueError, match=r"set_backend: name must be one of \('numpy', 'cupy'\), got 'jax'"):
         mt.set_backend("jax")
