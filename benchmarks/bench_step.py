@@ -32,8 +32,9 @@ backward, Adam step, zero_grad -- with tied output embeddings and the preset's d
   sentence runs the full 64 tokens.
 
 Where torch is installed, a second worker runs torch.nn.Transformer with the same configuration: the
-same embeddings (scaled by sqrt(d_model)) plus sinusoidal positions and dropout, post-LN layers with ReLU,
-no final encoder/decoder LayerNorm (ours has none in post-LN: custom_encoder/custom_decoder without norm),
+same embeddings (initialised N(0, d_model^-0.5) as ours, scaled by sqrt(d_model)) plus sinusoidal
+positions and dropout, post-LN layers with ReLU, no final encoder/decoder LayerNorm (ours has none in
+post-LN: custom_encoder/custom_decoder without norm),
 the output projection tied to the target embedding, F.cross_entropy with the same smoothing and
 ignore_index, torch.optim.Adam with the same betas and eps, the same batch, and
 torch.set_num_threads(the BLAS thread count NumPy uses). The two workers run interleaved -- ours, torch,
@@ -267,6 +268,11 @@ class TorchWorker:
                 super().__init__()
                 self.src_embed = nn.Embedding(c["src_vocab_size"], D)
                 self.tgt_embed = nn.Embedding(c["tgt_vocab_size"], D)
+                for embed in (self.src_embed, self.tgt_embed):
+                    # As ours: E ~ N(0, D^-0.5). nn.Embedding's default N(0, 1) makes the tied logits
+                    # ~sqrt(D) times larger (a loss of ~90 at the start instead of ~10, and exp underflowing
+                    # over most of the vocabulary): same values for both, so same arithmetic.
+                    nn.init.normal_(embed.weight, 0.0, D ** -0.5)
                 pos = torch.arange(c["max_len"], dtype=torch.float64)[:, None]
                 angle = pos / torch.pow(10000.0, torch.arange(0, D, 2, dtype=torch.float64) / D)
                 pe = torch.zeros(c["max_len"], D, dtype=torch.float64)
