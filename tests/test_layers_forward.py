@@ -167,6 +167,51 @@ def test_relu_and_ffn_forward(float64, rng):
     np.testing.assert_allclose(ffn(x), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("make", [lambda inplace: L.ReLU(inplace=inplace),
+                                  lambda inplace: L.Dropout(0.3, inplace=inplace)], ids=["relu", "dropout"])
+def test_inplace_layers_equal_the_default_ones_and_write_into_their_arguments(make, float64, rng):
+    x, dout = rng.standard_normal((3, 5, 7)), rng.standard_normal((3, 5, 7))
+    x0, dout0 = x.copy(), dout.copy()
+    default = make(False)
+    mt.manual_seed(3)                                         # the same dropout mask for both layers
+    y_ref = default(x)
+    dx_ref = default.backward(dout)
+    np.testing.assert_array_equal(x, x0)                      # the default leaves its arguments alone
+    np.testing.assert_array_equal(dout, dout0)
+    assert not np.array_equal(y_ref, x0) and not np.array_equal(dx_ref, dout0)
+
+    layer = make(True)
+    mt.manual_seed(3)
+    y = layer(x)
+    assert y is x                                             # forward wrote max(0, x) / the dropped x into x
+    np.testing.assert_array_equal(y, y_ref)
+    dx = layer.backward(dout)
+    assert dx is dout
+    np.testing.assert_array_equal(dx, dx_ref)
+    assert "inplace=True" in repr(layer)
+
+
+def test_ffn_in_place_internals_change_nothing_outside(float64, rng):
+    # PositionwiseFeedForward runs its ReLU and dropout in place on its own hidden array: the result and
+    # every gradient must equal the out-of-place run, and the caller's x and dout must stay as they were.
+    x, dout = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4))
+    x0, dout0 = x.copy(), dout.copy()
+    runs = []
+    for inplace in (False, True):
+        mt.manual_seed(0)
+        ffn = L.PositionwiseFeedForward(4, 9, dropout=0.3)
+        ffn.relu.inplace = ffn.dropout.inplace = inplace
+        mt.manual_seed(1)
+        y = ffn(x)
+        dx = ffn.backward(dout)
+        runs.append([y, dx] + [p.grad.copy() for p in ffn.parameters()])
+        np.testing.assert_array_equal(x, x0)
+        np.testing.assert_array_equal(dout, dout0)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    assert L.PositionwiseFeedForward(4, 9).relu.inplace       # the default model does run in place
+
+
 def test_post_ln_sublayer_is_layernorm_of_the_residual_sum(float64, rng):
     x = rng.standard_normal((2, 3, 4))
     block = L.SublayerConnection(4)

@@ -10,17 +10,30 @@ from ._checks import check_float_array
 class ReLU(Module):
     """out = max(0, x).                                                      Shapes: (...) -> (...)
     Cache: the boolean mask x > 0; the derivative is 1 there and 0 elsewhere.
+
+    inplace=True writes the result into the array it is given: forward overwrites x with max(0, x) and
+    backward overwrites dout with dx. Only for arrays no one else holds (PositionwiseFeedForward's hidden
+    activations and their gradient); the default leaves both untouched.
     """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = bool(inplace)
 
     def forward(self, x):
         check_float_array("ReLU", "x", x)
         self.positive = x > 0                                  # (...) bool
-        return backend.xp().maximum(x, 0)                      # max(0, x) (...); faster than x * bool mask
+        out = x if self.inplace else None
+        return backend.xp().maximum(x, 0, out=out)             # max(0, x) (...); faster than x * bool mask
 
     def backward(self, dout):
-        dx = dout * self.positive                              # dReLU/dx = 1[x > 0]
+        out = dout if self.inplace else None
+        dx = backend.xp().multiply(dout, self.positive, out=out)  # dReLU/dx = 1[x > 0]
         self.positive = None
         return dx
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
 
 
 class Softmax(Module):

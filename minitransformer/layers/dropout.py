@@ -15,12 +15,17 @@ class Dropout(Module):
     makes it reproducible. It comes from 16-bit random integers, so the drop rate is p rounded to a
     multiple of 1/65536 (see forward).
     Cache: the scaled mask m / (1 - p), the whole derivative: dx = dout * m / (1 - p).
+
+    inplace=True writes the result into the array it is given: forward overwrites x with the dropped-out x
+    and backward overwrites dout with dx. Only for arrays no one else holds (PositionwiseFeedForward's hidden
+    activations and their gradient); the default leaves both untouched.
     """
 
-    def __init__(self, p: float = 0.1):
+    def __init__(self, p: float = 0.1, inplace: bool = False):
         super().__init__()
         check_probability("Dropout", "p", p)
         self.p = float(p)
+        self.inplace = bool(inplace)
         self.threshold = round(self.p * (1 << 16))             # drop where a 16-bit random integer < threshold
         self.scaled_mask = None
 
@@ -37,14 +42,14 @@ class Dropout(Module):
         r = backend.random_uint16(x.shape)                                              # r ~ U{0..65535}  (...)
         keep = r >= self.threshold                                                      # m, bool (...)
         self.scaled_mask = xp.multiply(keep, x.dtype.type(1.0 / (1.0 - self.p)))       # m / (1-p)  (...)
-        return x * self.scaled_mask
+        return xp.multiply(x, self.scaled_mask, out=x if self.inplace else None)      # x * m / (1-p)  (...)
 
     def backward(self, dout):
         if self.scaled_mask is None:
             return dout
-        dx = dout * self.scaled_mask
+        dx = backend.xp().multiply(dout, self.scaled_mask, out=dout if self.inplace else None)  # dout * m / (1-p)
         self.scaled_mask = None
         return dx
 
     def extra_repr(self):
-        return f"p={self.p}"
+        return f"p={self.p}, inplace=True" if self.inplace else f"p={self.p}"
