@@ -23,12 +23,10 @@ class ReLU(Module):
     def forward(self, x):
         check_float_array("ReLU", "x", x)
         self.positive = x > 0                                  # (...) bool
-        out = x if self.inplace else None
-        return backend.xp().maximum(x, 0, out=out)             # max(0, x) (...); faster than x * bool mask
+        return backend.xp().maximum(x, 0, out=x if self.inplace else None)  # max(0, x) (...); faster than x * mask
 
     def backward(self, dout):
-        out = dout if self.inplace else None
-        dx = backend.xp().multiply(dout, self.positive, out=out)  # dReLU/dx = 1[x > 0]
+        dx = backend.xp().multiply(dout, self.positive, out=dout if self.inplace else None)  # dReLU/dx = 1[x > 0]
         self.positive = None
         return dx
 
