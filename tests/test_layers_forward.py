@@ -209,7 +209,8 @@ def test_ffn_in_place_internals_change_nothing_outside(float64, rng):
         np.testing.assert_array_equal(dout, dout0)
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
-    assert L.PositionwiseFeedForward(4, 9).relu.inplace       # the default model does run in place
+    default = L.PositionwiseFeedForward(4, 9)
+    assert default.relu.inplace and default.dropout.inplace   # the default model does run in place
 
 
 def test_post_ln_sublayer_is_layernorm_of_the_residual_sum(float64, rng):
