@@ -219,3 +219,30 @@ def test_post_ln_sublayer_is_layernorm_of_the_residual_sum(float64, rng):
     out = block(x, lambda h: 2 * h)
     mean, var = (3 * x).mean(-1, keepdims=True), (3 * x).var(-1, keepdims=True)
     np.testing.assert_allclose(out, (3 * x - mean) / np.sqrt(var + 1e-5), rtol=1e-10)
+
+
+def test_stacked_linear_equals_the_separate_layers(float64, rng):
+    # The fused projection (one matmul, one bias add, one bias sum) must give exactly what the layers give
+    # one by one, also for a layer without bias and for unequal widths.
+    from minitransformer.layers.linear import stacked_linear, stacked_linear_backward
+
+    linears = [L.Linear(5, 3), L.Linear(5, 4, bias=False), L.Linear(5, 2)]
+    for lin in linears:
+        if lin.b is not None:
+            lin.b.data[...] = rng.standard_normal(lin.b.data.shape)   # nonzero biases
+    x = rng.standard_normal((2, 7, 5))
+    douts = [rng.standard_normal((2, 7, lin.out_features)) for lin in linears]
+
+    expected_out = [lin(x) for lin in linears]
+    expected_dx = [lin.backward(d) for lin, d in zip(linears, douts)]
+    expected_grads = [p.grad.copy() for lin in linears for p in lin.parameters()]
+    for lin in linears:
+        lin.zero_grad()
+
+    outs = stacked_linear(x, linears)
+    dxs = stacked_linear_backward(x, linears, np.concatenate(douts, axis=-1))
+    for got, want in zip(outs + dxs, expected_out + expected_dx):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    for got, want in zip([p.grad for lin in linears for p in lin.parameters()], expected_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)

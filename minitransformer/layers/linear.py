@@ -59,7 +59,7 @@ class Linear(Module):
 
 def stacked_linear(x, linears):
     """[x W_1 + b_1, ..., x W_n + b_n] for n Linear layers that read the SAME input, computed as one
-    matrix product x [W_1 ... W_n].                     Shapes: x (..., in) -> n arrays (..., out_i)
+    matrix product x [W_1 ... W_n] + [b_1 ... b_n].      Shapes: x (..., in) -> n arrays (..., out_i)
 
     Self-attention projects one x to Q, K and V; cross-attention projects the memory to K and V. One GEMM
     n times as wide does the same FLOPs faster than n narrow ones: x is read once, and BLAS blocks and
@@ -71,12 +71,14 @@ def stacked_linear(x, linears):
     x2d = x.reshape(-1, x.shape[-1])                                        # (N, in)
     W = xp.concatenate([lin.W.data for lin in linears], axis=1)             # (in, sum out_i)
     out = x2d @ W                                                           # (N, sum out_i)
+    if any(lin.b is not None for lin in linears):
+        # Speed: one add over the whole output (in place: `out` is ours) instead of n adds into strided
+        # column slices (5% of this function on the base model). A layer without bias adds zeros.
+        out += xp.concatenate([lin.b.data if lin.b is not None else xp.zeros(lin.out_features, out.dtype)
+                               for lin in linears])                         # (sum out_i,)
     outs, start = [], 0
     for lin in linears:
-        part = out[:, start:start + lin.out_features]                       # (N, out_i), a view
-        if lin.b is not None:
-            part += lin.b.data                                              # in place: `out` is ours
-        outs.append(part.reshape(*x.shape[:-1], lin.out_features))          # (..., out_i)
+        outs.append(out[:, start:start + lin.out_features].reshape(*x.shape[:-1], lin.out_features))  # a view
         start += lin.out_features
     return outs
 
@@ -84,18 +86,20 @@ def stacked_linear(x, linears):
 def stacked_linear_backward(x, linears, dout):
     """Backward of ``stacked_linear``, given the gradient of the stacked output [out_1 ... out_n].
                                             Shapes: x (..., in), dout (..., sum out_i) -> n arrays (..., in)
-    Adds dW_i and db_i into each layer's .grad (all dW_i from one product x^T dout) and returns each
-    input gradient dx_i = dout_i W_i^T separately (their sum, when the input was one x, is the caller's).
+    Adds dW_i and db_i into each layer's .grad (all dW_i from one product x^T dout, all db_i from one sum
+    over the positions) and returns each input gradient dx_i = dout_i W_i^T separately (their sum, when
+    the input was one x, is the caller's).
     """
     x2d = x.reshape(-1, x.shape[-1])                                        # (N, in)
     dout2d = dout.reshape(x2d.shape[0], -1)                                 # (N, sum out_i)
     dW = x2d.T @ dout2d                                                     # (in, sum out_i)
+    db = dout2d.sum(axis=0) if any(lin.b is not None for lin in linears) else None  # (sum out_i,)
     dxs, start = [], 0
     for lin in linears:
         cols = slice(start, start + lin.out_features)
         lin.W.grad += dW[:, cols]                                           # dW_i = x^T dout_i   (in, out_i)
         if lin.b is not None:
-            lin.b.grad += dout2d[:, cols].sum(axis=0)                       # db_i = sum_n dout_i (out_i,)
+            lin.b.grad += db[cols]                                          # db_i = sum_n dout_i (out_i,)
         dxs.append((dout2d[:, cols] @ lin.W.data.T).reshape(x.shape))      # dx_i = dout_i W_i^T (..., in)
         start += lin.out_features
     return dxs
