@@ -40,6 +40,10 @@ ignore_index, torch.optim.Adam with the same betas and eps, the same batch, and
 torch.set_num_threads(the BLAS thread count NumPy uses). The two workers run interleaved -- ours, torch,
 ours, torch, ... -- each run timing a few steps, and the ratio ours/torch is printed per pair of runs and
 as the median over pairs. On a shared machine absolute times are noisy; the paired ratios are the figure.
+A shared machine's slow periods do not slow both libraries alike (on the development VM they slowed torch's
+base step about three times as much as ours), so a run made in a slow period flatters whichever library
+suffers less. The script therefore also prints the median ratio over the third of the pairs in which torch
+ran fastest (the least disturbed ones), and checks issue 6's ratio targets on both figures.
 
 ``--threads`` defaults to NumPy's BLAS thread count (all cores); ``--threads 2,1`` runs everything at 2 and
 then at 1 thread, one table each. On a machine that other processes share, multi-threaded BLAS (and OpenMP
@@ -450,6 +454,13 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
         result["ratio_median"] = statistics.median(p["ratio"] for p in pairs)
         print(f"  median ratio ours/torch {result['ratio_median']:.3f}   (ours {result['ours']['median_ms']:.1f} ms, "
               f"torch {result['torch']['median_ms']:.1f} ms)", flush=True)
+        # The pairs least disturbed by the machine's slow periods: see the module docstring.
+        fastest = sorted(pairs, key=lambda p: p["torch_ms"])[:math.ceil(len(pairs) / 3)]
+        result["ratio_torch_fastest"] = statistics.median(p["ratio"] for p in fastest)
+        result["torch_fastest_ms"] = [fastest[0]["torch_ms"], fastest[-1]["torch_ms"]]
+        print(f"  median ratio in the {len(fastest)} pair(s) where torch ran fastest "
+              f"({fastest[0]['torch_ms']:.1f}-{fastest[-1]['torch_ms']:.1f} ms): {result['ratio_torch_fastest']:.3f}",
+              flush=True)
     if decode_repeats > 0:
         d = impls["ours"].ask(cmd="decode", repeats=decode_repeats)
         result["decode"] = d
@@ -467,6 +478,8 @@ def targets(results: dict, peak: float) -> list:
         r = results.get(preset)
         if r and "ratio_median" in r:
             out.append((f"{preset} step <= {limit}x torch", f"{r['ratio_median']:.2f}x", r["ratio_median"] <= limit))
+            out.append((f"{preset} step <= {limit}x torch, pairs where torch ran fastest",
+                        f"{r['ratio_torch_fastest']:.2f}x", r["ratio_torch_fastest"] <= limit))
     if "base" in results:
         frac = results["base"]["ours"]["gflops"] / peak
         out.append(("base step >= 50% of matmul peak", f"{100 * frac:.0f}%", frac >= 0.5))
@@ -489,15 +502,17 @@ def markdown(report: dict) -> str:
              + f". float32 matmul peak (n=3072 sgemm, same threads): {peak:.0f} GFLOP/s. "
              f"Load average at the end: {report.get('load_average_end', 'unknown')}.",
              "",
-             ("| preset | batch (B, S, T, V) | ours ms | torch ms | ours/torch (median of pairs) | ours GFLOP/s "
-              "(% peak) | torch GFLOP/s | ours tok/s | step memory ours / torch | greedy 64 tok: cached vs naive |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             ("| preset | batch (B, S, T, V) | ours ms | torch ms | ours/torch (median of pairs) | ours/torch "
+              "(third of pairs where torch ran fastest) | ours GFLOP/s (% peak) | torch GFLOP/s | ours tok/s "
+              "| step memory ours / torch | greedy 64 tok: cached vs naive |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for preset, r in report["presets"].items():
         s, o, t = r["shape"], r["ours"], r.get("torch")
         d = r.get("decode")
         lines.append(
             f"| {preset} | {s['batch']}, {s['src_len']}, {s['tgt_len']}, {s['vocab']} | {o['median_ms']:.1f} | "
-            + (f"{t['median_ms']:.1f} | {r['ratio_median']:.2f}x | " if t else "- | - | ")
+            + (f"{t['median_ms']:.1f} | {r['ratio_median']:.2f}x | {r['ratio_torch_fastest']:.2f}x | " if t
+               else "- | - | - | ")
             + f"{o['gflops']:.0f} ({100 * o['gflops'] / peak:.0f}%) | "
             + (f"{t['gflops']:.0f} | " if t else "- | ")
             + f"{o['tokens_per_s']:,.0f} | {o['memory']['step_mb']:.0f} MB / "
