@@ -78,7 +78,8 @@ def stacked_linear(x, linears):
                                for lin in linears])                         # (sum out_i,)
     outs, start = [], 0
     for lin in linears:
-        outs.append(out[:, start:start + lin.out_features].reshape(*x.shape[:-1], lin.out_features))  # a view
+        part = out[:, start:start + lin.out_features]                       # (N, out_i), a view
+        outs.append(part.reshape(*x.shape[:-1], lin.out_features))          # (..., out_i)
         start += lin.out_features
     return outs
 
