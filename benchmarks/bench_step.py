@@ -20,6 +20,10 @@ backward, Adam step, zero_grad -- with tied output embeddings and the preset's d
   dropout, embeddings and Adam are not counted (they are memory-bound and a few percent of the FLOPs);
 - that rate as a fraction of the machine's float32 matmul peak, measured here as the best of several
   large square NumPy sgemms (n = 3072) with the same thread count, at the start and at the end of the run;
+- the floor set by the matrix products: every product of our step (``step_matmuls``) timed alone at its
+  shape and layout with the same threads, summed. It is what a step would take if softmax, LayerNorm,
+  dropout, the loss, Adam and Python cost nothing; divided by torch's step time, it is the best ratio our
+  step could reach on this machine;
 - peak memory: each implementation runs in a fresh subprocess of its own (ours never imports torch). After
   the imports the worker records its resident set (VmRSS) and resets the kernel's high-water mark
   (``echo 5 > /proc/self/clear_refs``); after the timed steps it reads VmHWM. "Step memory" is VmHWM minus
@@ -121,19 +125,48 @@ def real_tokens(src, tgt_out) -> int:
     return int((src != PAD).sum() + (tgt_out != PAD).sum())
 
 
-def step_matmul_flops(cfg: dict, B: int, S: int, T: int) -> dict:
-    """Matrix-product FLOPs of one training step, counted analytically (see the module docstring)."""
-    D, F, V = cfg["d_model"], cfg["d_ff"], cfg["tgt_vocab_size"]
+def step_matmuls(cfg: dict, B: int, S: int, T: int) -> list:
+    """Every matrix product of one training step of our model, as the code runs it.
+
+    A list of (count, a_shape, b_shape, layout): `count` products a @ b with a of a_shape and b of b_shape
+    (3-D shapes are stacks of B*H products, one per head). layout says which operand is a transposed view
+    of a C-contiguous array, as in the layers: "nn" none, "tn" a (x^T dout), "nt" b (dout W^T, K^T).
+        Linear (N, i -> o)     forward x W  (N,i)@(i,o) nn;  dW = x^T dout (i,N)@(N,o) tn;  dx = dout W^T (N,o)@(o,i) nt
+        stacked Q/K/V or K/V   one forward and one dW product n*D wide; dx one (N,D)@(D,D) nt per projection
+        tied output E (V, D)   logits = h E^T (N,D)@(D,V) nt;  dE = dlogits^T h (V,N)@(N,D) tn;  dh = dlogits E nn
+        attention (per head)   Q K^T nt, A V nn;  dV = A^T dout tn, dA = dout V^T nt, dQ = dS K nn, dK = dS^T Q tn
+    Each backward product has the FLOPs of a forward one, so a step is 3x the forward's FLOPs.
+    """
+    D, F, V, H = cfg["d_model"], cfg["d_ff"], cfg["tgt_vocab_size"], cfg["num_heads"]
+    Le, Ld, Dk = cfg["num_encoder_layers"], cfg["num_decoder_layers"], D // H
     Ns, Nt = B * S, B * T                                   # source / target positions
-    enc_layer = (4 * 2 * Ns * D * D                         # W_q, W_k, W_v, W_o
-                 + 2 * 2 * B * S * S * D                    # Q K^T and A V, all heads together
-                 + 2 * 2 * Ns * D * F)                      # W1, W2
-    dec_layer = (4 * 2 * Nt * D * D + 2 * 2 * B * T * T * D                   # masked self-attention
-                 + 2 * 2 * Nt * D * D + 2 * 2 * Ns * D * D + 2 * 2 * B * T * S * D  # cross: W_q, W_o | W_k, W_v
-                 + 2 * 2 * Nt * D * F)
-    projection = 2 * Nt * D * V
-    forward = cfg["num_encoder_layers"] * enc_layer + cfg["num_decoder_layers"] * dec_layer + projection
-    return {"forward": forward, "step": 3 * forward}
+    products = []
+
+    def linear(count, N, i, o):
+        products.extend([(count, (N, i), (i, o), "nn"), (count, (i, N), (N, o), "tn"), (count, (N, o), (o, i), "nt")])
+
+    def stacked(count, N, n):
+        products.extend([(count, (N, D), (D, n * D), "nn"), (count, (D, N), (N, n * D), "tn"),
+                         (count * n, (N, D), (D, D), "nt")])
+
+    def attention(count, Tq, Tk):
+        BH = B * H
+        products.extend([(count, (BH, Tq, Dk), (BH, Dk, Tk), "nt"), (count, (BH, Tq, Tk), (BH, Tk, Dk), "nn"),
+                         (count, (BH, Tk, Tq), (BH, Tq, Dk), "tn"), (count, (BH, Tq, Dk), (BH, Dk, Tk), "nt"),
+                         (count, (BH, Tq, Tk), (BH, Tk, Dk), "nn"), (count, (BH, Tk, Tq), (BH, Tq, Dk), "tn")])
+
+    stacked(Le, Ns, 3); attention(Le, S, S); linear(Le, Ns, D, D)                 # encoder self-attention
+    linear(Le, Ns, D, F); linear(Le, Ns, F, D)                                    # encoder feed-forward
+    stacked(Ld, Nt, 3); attention(Ld, T, T); linear(Ld, Nt, D, D)                 # decoder self-attention
+    linear(Ld, Nt, D, D); stacked(Ld, Ns, 2); attention(Ld, T, S); linear(Ld, Nt, D, D)  # cross-attention
+    linear(Ld, Nt, D, F); linear(Ld, Nt, F, D)                                    # decoder feed-forward
+    products.extend([(1, (Nt, D), (D, V), "nt"), (1, (V, Nt), (Nt, D), "tn"), (1, (Nt, V), (V, D), "nn")])
+    return products
+
+
+def matmul_flops(products: list) -> float:
+    """2*m*k*n per (m,k)@(k,n) product, times the batch of a stacked product and the count."""
+    return sum(count * 2.0 * math.prod(a) * b[-1] for count, a, b, _ in products)
 
 
 def proc_status(field: str) -> int:
@@ -338,6 +371,39 @@ def peak_gflops(threads: int, n: int = 3072, repeats: int = 5) -> dict:
     return {"n": n, "best_gflops": flops / min(times) / 1e9, "median_gflops": flops / statistics.median(times) / 1e9}
 
 
+def matmul_floor(preset: str, threads: int, repeats: int = 5) -> dict:
+    """How long one training step's matrix products take when each runs alone: the step's time if
+    everything else (softmax, LayerNorm, dropout, the loss, Adam, Python) cost nothing.
+
+    Every product of ``step_matmuls`` is timed on random float32 operands of its shape and layout with the
+    same thread count (the median of `repeats` after a warm-up) and counted as often as a step runs it.
+    """
+    import numpy
+
+    limits = _limit_blas_threads(threads)  # noqa: F841 (kept alive for the measurement)
+    shape = SHAPES[preset]
+    products = step_matmuls(model_config(preset), shape["batch"], shape["src_len"], shape["tgt_len"])
+    rng = numpy.random.default_rng(0)
+
+    def operand(shape, transposed):                      # a C-contiguous array, or the transposed view of one
+        if not transposed:
+            return rng.standard_normal(shape, dtype=numpy.float32)
+        return rng.standard_normal(shape[:-2] + shape[-2:][::-1], dtype=numpy.float32).swapaxes(-1, -2)
+
+    total = 0.0
+    for count, a_shape, b_shape, layout in products:
+        a, b = operand(a_shape, layout[0] == "t"), operand(b_shape, layout[1] == "t")
+        a @ b                                            # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+        total += count * statistics.median(times)
+    return {"floor_ms": 1e3 * total, "products": sum(count for count, *_ in products),
+            "gflops": matmul_flops(products) / total / 1e9}
+
+
 def worker_main(kind: str, preset: str, threads: int) -> None:
     """A worker: answers one JSON line per command read on stdin. Stray prints go to stderr."""
     out = sys.stdout
@@ -349,6 +415,9 @@ def worker_main(kind: str, preset: str, threads: int) -> None:
 
     if kind == "peak":
         reply(peak_gflops(threads))
+        return
+    if kind == "floor":
+        reply(matmul_floor(preset, threads))
         return
     worker = OursWorker(preset, threads) if kind == "ours" else TorchWorker(preset, threads)
     reply({"ready": True, **worker.info})
@@ -403,6 +472,12 @@ def measure_peak(threads: int) -> dict:
     return w.first
 
 
+def measure_floor(preset: str, threads: int) -> dict:
+    w = Worker("floor", preset, threads)
+    w.proc.wait(timeout=300)
+    return w.first
+
+
 # ========================================================================================== the parent
 
 def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, with_torch: bool,
@@ -412,11 +487,11 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
     steps = steps or shape["steps"]
     src, _, tgt_out = make_batch(preset)
     B, S, T = src.shape[0], src.shape[1], tgt_out.shape[1]
-    flops = step_matmul_flops(cfg, B, S, T)
+    flops = matmul_flops(step_matmuls(cfg, B, S, T))
     tokens = real_tokens(src, tgt_out)
     print(f"\n== {preset}: vocab {shape['vocab']}, batch {B}, src {S}, tgt {T}; d {cfg['d_model']}, "
           f"{cfg['num_heads']} heads, {cfg['num_encoder_layers']}+{cfg['num_decoder_layers']} layers, "
-          f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; {flops['step'] / 1e9:.2f} GFLOP of matmul per step; "
+          f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; {flops / 1e9:.2f} GFLOP of matmul per step; "
           f"{steps} steps per run", flush=True)
 
     impls = {"ours": Worker("ours", preset, threads)}
@@ -443,12 +518,12 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
         print(line, flush=True)
 
     result = {"shape": {"vocab": shape["vocab"], "batch": B, "src_len": S, "tgt_len": T}, "config": cfg,
-              "steps_per_run": steps, "matmul_gflop_per_step": flops["step"] / 1e9, "tokens_per_step": tokens,
+              "steps_per_run": steps, "matmul_gflop_per_step": flops / 1e9, "tokens_per_step": tokens,
               "pairs": pairs}
     for name, w in impls.items():
         med = statistics.median(times[name])
         result[name] = {"median_ms": 1e3 * med, "min_ms": 1e3 * min(times[name]), "tokens_per_s": tokens / med,
-                        "gflops": flops["step"] / med / 1e9, "loss": losses[name], "memory": w.ask(cmd="memory"),
+                        "gflops": flops / med / 1e9, "loss": losses[name], "memory": w.ask(cmd="memory"),
                         **{k: v for k, v in w.first.items() if k != "ready"}}
     if with_torch:
         result["ratio_median"] = statistics.median(p["ratio"] for p in pairs)
@@ -461,6 +536,17 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
         print(f"  median ratio in the {len(fastest)} pair(s) where torch ran fastest "
               f"({fastest[0]['torch_ms']:.1f}-{fastest[-1]['torch_ms']:.1f} ms): {result['ratio_torch_fastest']:.3f}",
               flush=True)
+    # The step's matrix products alone, in a process of their own while the workers wait (see matmul_floor).
+    floor = result["matmul_floor"] = measure_floor(preset, threads)
+    line = (f"  matrix products alone, each timed at its shape: {floor['floor_ms']:.1f} ms "
+            f"({floor['gflops']:.0f} GFLOP/s), "
+            f"{100 * floor['floor_ms'] / result['ours']['median_ms']:.0f}% of our step")
+    if with_torch:
+        floor["torch_ratio"] = floor["floor_ms"] / result["torch"]["median_ms"]
+        floor["torch_fastest_ratio"] = floor["floor_ms"] / statistics.median(p["torch_ms"] for p in fastest)
+        line += (f"; {floor['torch_ratio']:.2f}x torch's median step ({floor['torch_fastest_ratio']:.2f}x in the "
+                 f"pairs where torch ran fastest), the best ratio a step running these products can reach")
+    print(line, flush=True)
     if decode_repeats > 0:
         d = impls["ours"].ask(cmd="decode", repeats=decode_repeats)
         result["decode"] = d
@@ -519,6 +605,13 @@ def markdown(report: dict) -> str:
             + (f"{t['memory']['step_mb']:.0f} MB | " if t else "- | ")
             + (f"{d['speedup']:.1f}x ({d['cached_tokens_per_s']:,.0f} vs {d['naive_tokens_per_s']:,.0f} tok/s) |"
                if d else "- |"))
+    floors = []
+    for preset, r in report["presets"].items():
+        f = r["matmul_floor"]
+        floors.append(f"{preset} {f['floor_ms']:.1f} ms" + (f" = {f['torch_ratio']:.2f}x torch's step "
+                      f"({f['torch_fastest_ratio']:.2f}x where torch ran fastest)" if "torch_ratio" in f else ""))
+    lines += ["", "The step's matrix products alone, each timed at its own shape and layout with the same threads "
+              "(the best a step running them can do): " + "; ".join(floors) + "."]
     lines += ["", "| target (issue 6, CPU) | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {fig} | {'yes' if ok else 'no'} |" for name, fig, ok in report["targets"]]
     return "\n".join(lines) + "\n"
