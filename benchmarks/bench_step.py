@@ -466,14 +466,9 @@ class Worker:
             self.proc.wait(timeout=60)
 
 
-def measure_peak(threads: int) -> dict:
-    w = Worker("peak", "tiny", threads)
-    w.proc.wait(timeout=300)
-    return w.first
-
-
-def measure_floor(preset: str, threads: int) -> dict:
-    w = Worker("floor", preset, threads)
+def measure(kind: str, threads: int, preset: str = "tiny") -> dict:
+    """A one-shot worker ("peak" or "floor"): it measures in a fresh process, replies once and exits."""
+    w = Worker(kind, preset, threads)
     w.proc.wait(timeout=300)
     return w.first
 
@@ -537,7 +532,7 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
               f"({fastest[0]['torch_ms']:.1f}-{fastest[-1]['torch_ms']:.1f} ms): {result['ratio_torch_fastest']:.3f}",
               flush=True)
     # The step's matrix products alone, in a process of their own while the workers wait (see matmul_floor).
-    floor = result["matmul_floor"] = measure_floor(preset, threads)
+    floor = result["matmul_floor"] = measure("floor", threads, preset)
     line = (f"  matrix products alone, each timed at its shape: {floor['floor_ms']:.1f} ms "
             f"({floor['gflops']:.0f} GFLOP/s), "
             f"{100 * floor['floor_ms'] / result['ours']['median_ms']:.0f}% of our step")
@@ -635,13 +630,13 @@ def run(presets, threads: int, args, with_torch: bool, blas: list, kernel: str, 
     import numpy
 
     print(f"\n#### {threads} thread(s): NumPy {numpy.__version__}, {kernel}; load average {load_average()}", flush=True)
-    peak_start = measure_peak(threads)
+    peak_start = measure("peak", threads)
     print(f"float32 matmul peak (n={peak_start['n']}): {peak_start['best_gflops']:.0f} GFLOP/s best, "
           f"{peak_start['median_gflops']:.0f} median", flush=True)
     results = {}
     for preset in presets:
         results[preset] = bench_preset(preset, threads, args.repeats, args.steps, with_torch, args.decode_repeats)
-    peak_end = measure_peak(threads)
+    peak_end = measure("peak", threads)
     peak = max(peak_start["best_gflops"], peak_end["best_gflops"])
     print(f"float32 matmul peak again: {peak_end['best_gflops']:.0f} GFLOP/s; using the best, {peak:.0f}")
     torch_version = None
