@@ -353,6 +353,17 @@ class TorchWorker:
         return float(loss.detach())
 
 
+def time_matmul(a, b, repeats: int) -> list:
+    """Seconds taken by each of `repeats` products a @ b, after one warm-up (BLAS buffers, threads, caches)."""
+    a @ b
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def peak_gflops(threads: int, n: int = 3072, repeats: int = 5) -> dict:
     """The machine's float32 matmul peak: the best of `repeats` n x n NumPy sgemms."""
     import numpy
@@ -361,12 +372,7 @@ def peak_gflops(threads: int, n: int = 3072, repeats: int = 5) -> dict:
     rng = numpy.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=numpy.float32)
     b = rng.standard_normal((n, n), dtype=numpy.float32)
-    a @ b                                                    # warm-up: BLAS buffers, threads, caches
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
+    times = time_matmul(a, b, repeats)
     flops = 2.0 * n ** 3
     return {"n": n, "best_gflops": flops / min(times) / 1e9, "median_gflops": flops / statistics.median(times) / 1e9}
 
@@ -381,25 +387,19 @@ def matmul_floor(preset: str, threads: int, repeats: int = 5) -> dict:
     import numpy
 
     limits = _limit_blas_threads(threads)  # noqa: F841 (kept alive for the measurement)
-    shape = SHAPES[preset]
-    products = step_matmuls(model_config(preset), shape["batch"], shape["src_len"], shape["tgt_len"])
+    batch = SHAPES[preset]
+    products = step_matmuls(model_config(preset), batch["batch"], batch["src_len"], batch["tgt_len"])
     rng = numpy.random.default_rng(0)
 
-    def operand(shape, transposed):                      # a C-contiguous array, or the transposed view of one
+    def operand(dims, transposed):                       # a C-contiguous array, or the transposed view of one
         if not transposed:
-            return rng.standard_normal(shape, dtype=numpy.float32)
-        return rng.standard_normal(shape[:-2] + shape[-2:][::-1], dtype=numpy.float32).swapaxes(-1, -2)
+            return rng.standard_normal(dims, dtype=numpy.float32)
+        return rng.standard_normal(dims[:-2] + dims[-2:][::-1], dtype=numpy.float32).swapaxes(-1, -2)
 
     total = 0.0
     for count, a_shape, b_shape, layout in products:
         a, b = operand(a_shape, layout[0] == "t"), operand(b_shape, layout[1] == "t")
-        a @ b                                            # warm-up
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - t0)
-        total += count * statistics.median(times)
+        total += count * statistics.median(time_matmul(a, b, repeats))
     return {"floor_ms": 1e3 * total, "products": sum(count for count, *_ in products),
             "gflops": matmul_flops(products) / total / 1e9}
 
