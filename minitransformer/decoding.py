@@ -66,7 +66,7 @@ class _NextToken:
     """Log-probabilities of the next token for a batch of prefixes: cached (one new position per call)
     or naive (the whole prefix again). Both sides of the comparison share everything else."""
 
-    def __init__(self, model, src, naive: bool):              # src (B,S) on the device
+    def __init__(self, model, src, naive: bool):              # src (B,S) ids, host or device
         self.model, self.naive = model, naive
         self.src_mask = model.src_mask(src)                    # (B,1,1,S)
         self.memory = model.encode(src)                        # (B,S,D), the source encoded once
@@ -103,7 +103,8 @@ def _check_positive_int(owner, name, value):
 
 
 def _prepare(owner, model, src, max_len):
-    """Check the arguments; the source on the device, and each sentence's length limit (host ints)."""
+    """Check the arguments; the checked source ids (NumPy for host data: the model moves them), and each
+    sentence's length limit (host ints)."""
     if not isinstance(model, Transformer):
         raise TypeError(f"{owner}: model must be a minitransformer Transformer, got {type(model).__name__}")
     c = model.config

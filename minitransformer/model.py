@@ -4,6 +4,8 @@ decoder layers, their stacks, and the whole model with its forward and backward 
     src (B,S) ─ Embedding·√D ─ +PE ─ Dropout ─ Encoder ×N ─────────────────────┐ memory (B,S,D)
     tgt_in (B,T) ─ Embedding·√D ─ +PE ─ Dropout ─ Decoder ×N (self, cross, FFN) ─ Projection ─ logits (B,T,V)
 
+The stacks skip padded positions: they run on the real tokens' rows, (N,D), see ``masks.Packing``.
+
 ``backward`` runs the same chain in reverse. The encoder output ("memory") is read by the
 cross-attention of every decoder layer, so its gradient is the sum of what each of them sends back.
 
@@ -29,7 +31,7 @@ from .layers import (
     SublayerConnection,
 )
 from .layers.linear import stacked_linear
-from .masks import padding_mask, subsequent_mask
+from .masks import Packing, padding_mask, subsequent_mask
 from .module import Module, ModuleList, Parameter
 
 # ------------------------------------------------------------------------------------------- config
@@ -176,6 +178,7 @@ class EncoderLayer(Module):
     """x = Sublayer(x, SelfAttention(x, x, x)), then x = Sublayer(x, FFN(x))   (§3.1, Figure 1 left)
     with Sublayer = LayerNorm(x + Dropout(f(x))) (post-LN) or x + Dropout(f(LayerNorm(x))) (norm_first).
                                                             Shapes: x (B,S,D), mask (B,1,1,S) -> (B,S,D)
+    With packing (a ``masks.Packing`` of the source), x holds the rows of the real tokens only, (N,D) -> (N,D).
     Cache: held by the children. Self-attention reads x three times (query, key, value), so its input
     gradient is dquery + dkey + dvalue.
     """
@@ -187,11 +190,11 @@ class EncoderLayer(Module):
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout)
         self.sublayer_ffn = SublayerConnection(d_model, dropout, norm_first)
 
-    def forward(self, x, mask=None):                           # x (B,S,D)
-        x = self.sublayer_attn(x, lambda h: self.self_attn(h, h, h, mask))  # (B,S,D)
-        return self.sublayer_ffn(x, self.ffn)                  # (B,S,D)
+    def forward(self, x, mask=None, packing=None):             # x (B,S,D) or (N,D)
+        x = self.sublayer_attn(x, lambda h: self.self_attn(h, h, h, mask, (packing, packing)))  # (B,S,D) or (N,D)
+        return self.sublayer_ffn(x, self.ffn)                  # (B,S,D) or (N,D)
 
-    def backward(self, dout):                                  # dout (B,S,D) -> dx (B,S,D)
+    def backward(self, dout):                                  # dout (B,S,D) -> dx (B,S,D)  (or (N,D) each)
         dx = self.sublayer_ffn.backward(dout, self.ffn.backward)
         return self.sublayer_attn.backward(dx, self._self_attn_backward)
 
@@ -204,6 +207,8 @@ class DecoderLayer(Module):
     """y = Sublayer(y, MaskedSelfAttention(y, y, y)); y = Sublayer(y, CrossAttention(y, memory, memory));
     y = Sublayer(y, FFN(y))                                                  (§3.1, Figure 1 right)
         Shapes: y (B,T,D), memory (B,S,D), tgt_mask (B,1,T,T), src_mask (B,1,1,S) -> (B,T,D)
+    packing=(target's, source's) ``masks.Packing`` (either may be None): y, resp. memory, holds the rows of
+    the real tokens only, (Nt,D), resp. (Ns,D); the output is then (Nt,D).
     backward(dout) -> (dy, dmemory): memory is the cross-attention's key and value, so dmemory = dkey + dvalue.
     Cache: held by the children.
     """
@@ -217,10 +222,11 @@ class DecoderLayer(Module):
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout)
         self.sublayer_ffn = SublayerConnection(d_model, dropout, norm_first)
 
-    def forward(self, y, memory, tgt_mask=None, src_mask=None):  # y (B,T,D), memory (B,S,D)
-        y = self.sublayer_self(y, lambda h: self.self_attn(h, h, h, tgt_mask))               # (B,T,D)
-        y = self.sublayer_cross(y, lambda h: self.cross_attn(h, memory, memory, src_mask))   # (B,T,D)
-        return self.sublayer_ffn(y, self.ffn)                  # (B,T,D)
+    def forward(self, y, memory, tgt_mask=None, src_mask=None, packing=(None, None)):  # y (B,T,D), memory (B,S,D)
+        tgt_rows, src_rows = packing
+        y = self.sublayer_self(y, lambda h: self.self_attn(h, h, h, tgt_mask, (tgt_rows, tgt_rows)))  # (B,T,D)
+        y = self.sublayer_cross(y, lambda h: self.cross_attn(h, memory, memory, src_mask, packing))  # (B,T,D)
+        return self.sublayer_ffn(y, self.ffn)                  # (B,T,D)   (or (Nt,D), each of the three)
 
     def backward(self, dout):                                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
         dy = self.sublayer_ffn.backward(dout, self.ffn.backward)
@@ -268,6 +274,7 @@ class DecoderLayer(Module):
 class Encoder(Module):
     """N EncoderLayers in sequence (plus a final LayerNorm when norm_first).
                                                             Shapes: x (B,S,D), mask (B,1,1,S) -> (B,S,D)
+    With packing (a ``masks.Packing``), x and the output are the real tokens' rows (N,D), see EncoderLayer.
     Cache: held by the layers.
     """
 
@@ -278,9 +285,9 @@ class Encoder(Module):
                                  for _ in range(num_layers))
         self.norm = LayerNorm(d_model) if norm_first else None
 
-    def forward(self, x, mask=None):                           # x (B,S,D)
+    def forward(self, x, mask=None, packing=None):             # x (B,S,D) or (N,D)
         for layer in self.layers:
-            x = layer(x, mask)                                 # (B,S,D)
+            x = layer(x, mask, packing)                        # (B,S,D) or (N,D)
         return self.norm(x) if self.norm is not None else x    # (B,S,D)
 
     def backward(self, dout):                                  # dout (B,S,D) -> dx (B,S,D)
@@ -293,6 +300,7 @@ class Encoder(Module):
 class Decoder(Module):
     """N DecoderLayers in sequence, each reading the same memory (plus a final LayerNorm when norm_first).
         Shapes: y (B,T,D), memory (B,S,D), tgt_mask (B,1,T,T), src_mask (B,1,1,S) -> (B,T,D)
+    packing=(target's, source's): y, memory and the output as the real tokens' rows, see DecoderLayer.
     backward(dout) -> (dy, dmemory) with dmemory = the sum over layers of each cross-attention's dkey + dvalue.
     Cache: held by the layers.
     """
@@ -304,9 +312,9 @@ class Decoder(Module):
                                  for _ in range(num_layers))
         self.norm = LayerNorm(d_model) if norm_first else None
 
-    def forward(self, y, memory, tgt_mask=None, src_mask=None):  # y (B,T,D), memory (B,S,D)
+    def forward(self, y, memory, tgt_mask=None, src_mask=None, packing=(None, None)):  # y (B,T,D), memory (B,S,D)
         for layer in self.layers:
-            y = layer(y, memory, tgt_mask, src_mask)           # (B,T,D)
+            y = layer(y, memory, tgt_mask, src_mask, packing)  # (B,T,D) or (Nt,D)
         return self.norm(y) if self.norm is not None else y    # (B,T,D)
 
     def backward(self, dout):                                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
@@ -356,8 +364,9 @@ class TiedProjection(Module):
 # -------------------------------------------------------------------------------------------- model
 
 def as_token_ids(owner: str, name: str, ids, vocab_size: int, max_len: int):
-    """Check a batch of token ids and move it to the active backend.   Shapes: (B,T) int -> (B,T) int
-    Accepts NumPy (host) arrays on any backend, arrays of the active backend, and nested lists."""
+    """Check a batch of token ids.                                       Shapes: (B,T) int -> (B,T) int
+    Accepts NumPy (host) arrays on any backend, arrays of the active backend, and nested lists; returns a
+    NumPy array for host data (the caller builds the Packing there, then moves the ids to the backend)."""
     if isinstance(ids, (list, tuple)):
         try:
             ids = numpy.asarray(ids)
@@ -379,7 +388,7 @@ def as_token_ids(owner: str, name: str, ids, vocab_size: int, max_len: int):
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{owner}: {name} must hold token ids in [0, {vocab_size}), got values in [{low}, {high}]")
-    return backend.asarray(ids)
+    return ids
 
 
 class Transformer(Module):
@@ -390,6 +399,13 @@ class Transformer(Module):
 
     Masks come from ``config.pad_id``: the encoder's self-attention and the cross-attention ignore padded
     source positions; the decoder's self-attention ignores padded target positions and later positions.
+    Padding is skipped, not computed: the encoder and decoder stacks run on the rows of the real tokens
+    only (see ``masks.Packing``). The loss and every gradient are those of the padded computation; what
+    changes is the output at padded positions of tgt_in, which no loss reads: their logits are those of a
+    zero vector (0 with the tied projection, the bias without), and their dlogits are ignored; ``encode``
+    gives zero memory rows at padded source positions. So the gradients equal those of the padded
+    computation when dlogits is 0 wherever tgt_in is padding, as the loss makes it when tgt_out is padding
+    there too (true of right-padded batches, tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:]).
     Weight tying: ``tie_output`` makes the projection E_tgt^T (no bias); ``share_embeddings`` makes the
     source embedding the same Parameter as the target one. A tied Parameter is listed once by
     ``parameters()`` and its .grad is the sum of all its uses.
@@ -440,39 +456,48 @@ class Transformer(Module):
         if src.shape[0] != tgt_in.shape[0]:
             raise ValueError(f"Transformer: src and tgt_in must have the same batch size, got src "
                              f"{tuple(src.shape)} and tgt_in {tuple(tgt_in.shape)}")
+        src_rows, tgt_rows = Packing(src, c.pad_id), Packing(tgt_in, c.pad_id)   # from the host ids
+        src, tgt_in = backend.asarray(src), backend.asarray(tgt_in)
         src_mask = self.src_mask(src)                          # (B,1,1,S)
-        memory = self._encode(src, src_mask)                   # (B,S,D)
-        logits = self._decode(tgt_in, memory, src_mask)        # (B,T,V)
+        memory = self._encode(src, src_mask, src_rows)         # (Ns,D) rows of the real source tokens
+        logits = self._decode(tgt_in, memory, src_mask, (tgt_rows, src_rows))  # (B,T,V)
         self._logits_shape = logits.shape
+        self._packing = (tgt_rows, src_rows)
         return logits
 
     def encode(self, src):
-        """memory = Encoder(Dropout(Embed(src)·√D + PE)).     Shapes: src (B,S) int -> (B,S,D)"""
+        """memory = Encoder(Dropout(Embed(src)·√D + PE)).     Shapes: src (B,S) int -> (B,S,D)
+        Zero rows at padded positions (the encoder skips them; every attention masks them)."""
         c = self.config
         src = as_token_ids("Transformer.encode", "src", src, c.src_vocab_size, c.max_len)
-        return self._encode(src, self.src_mask(src))
+        src_rows = Packing(src, c.pad_id)
+        src = backend.asarray(src)
+        return src_rows.unpack(self._encode(src, self.src_mask(src), src_rows))   # (B,S,D)
 
     def decode(self, tgt_in, memory, src_mask=None):
         """logits for every target position, given the encoder memory.
                             Shapes: tgt_in (B,T) int, memory (B,S,D), src_mask (B,1,1,S) bool -> (B,T,V)"""
         c = self.config
         tgt_in = as_token_ids("Transformer.decode", "tgt_in", tgt_in, c.tgt_vocab_size, c.max_len)
+        tgt_rows = Packing(tgt_in, c.pad_id)
+        tgt_in = backend.asarray(tgt_in)
         if not backend.is_array(memory) or memory.dtype.kind != "f":
             raise TypeError(f"Transformer.decode: memory must be a float array (B, S, d_model), as encode returns, "
                             f"got {getattr(memory, 'dtype', type(memory).__name__)}")
         if memory.ndim != 3 or memory.shape[0] != tgt_in.shape[0] or memory.shape[2] != c.d_model:
             raise ValueError(f"Transformer.decode: memory must have shape (B={tgt_in.shape[0]}, S, "
                              f"d_model={c.d_model}), got {tuple(memory.shape)}")
-        return self._decode(tgt_in, memory, src_mask)
+        return self._decode(tgt_in, memory, src_mask, (tgt_rows, None))  # memory as given, (B,S,D)
 
-    def _encode(self, src, src_mask):
+    def _encode(self, src, src_mask, src_rows):                # -> (Ns,D) rows of the real source tokens
         x = self.src_dropout(self.src_pos(self.src_embed(src, check_range=False)))  # (B,S,D)
-        return self.encoder(x, src_mask)                       # (B,S,D)
+        return self.encoder(src_rows.pack(x), src_mask, src_rows)  # (Ns,D)
 
-    def _decode(self, tgt_in, memory, src_mask):
+    def _decode(self, tgt_in, memory, src_mask, packing):      # packing = (tgt_rows, src_rows or None)
         y = self.tgt_dropout(self.tgt_pos(self.tgt_embed(tgt_in, check_range=False)))  # (B,T,D)
-        y = self.decoder(y, memory, self.tgt_mask(tgt_in), src_mask)  # (B,T,D)
-        return self.projection(y)                              # (B,T,V)
+        tgt_rows = packing[0]
+        y = self.decoder(tgt_rows.pack(y), memory, self.tgt_mask(tgt_in), src_mask, packing)  # (Nt,D)
+        return self.projection(tgt_rows.unpack(y))             # (B,T,V); zero rows in, at the padding
 
     # -- backward -----------------------------------------------------------------------------------
     def backward(self, dlogits):                               # dlogits (B,T,V) -> None
@@ -487,10 +512,12 @@ class Transformer(Module):
             raise ValueError(f"Transformer.backward: dlogits must have the logits' shape {tuple(shape)}, "
                              f"got {tuple(dlogits.shape)}")
         self._logits_shape = None
-        dy = self.projection.backward(dlogits)                 # (B,T,D)
-        dy, dmemory = self.decoder.backward(dy)                # (B,T,D), (B,S,D) summed over decoder layers
+        tgt_rows, src_rows = self._packing
+        dy = tgt_rows.pack(self.projection.backward(dlogits))  # (Nt,D): the padded rows' gradient goes nowhere
+        dy, dmemory = self.decoder.backward(dy)                # (Nt,D), (Ns,D) summed over decoder layers
+        dy = tgt_rows.unpack(dy)                               # (B,T,D), 0 at the padding
         self.tgt_embed.backward(self.tgt_pos.backward(self.tgt_dropout.backward(dy)))
-        dx = self.encoder.backward(dmemory)                    # (B,S,D)
+        dx = src_rows.unpack(self.encoder.backward(dmemory))   # (B,S,D), 0 at the padding
         self.src_embed.backward(self.src_pos.backward(self.src_dropout.backward(dx)))
 
     # -- incremental decoding -----------------------------------------------------------------------

@@ -255,7 +255,7 @@ def test_decoding_matches_numpy(device, float64, trained):
 
 # ------------------------------------------------------------------------------------------- gradcheck
 
-@pytest.mark.parametrize("case", ["attention", "embedding", "dropout_sublayer"])
+@pytest.mark.parametrize("case", ["attention", "packed_attention", "embedding", "dropout_sublayer"])
 def test_gradcheck_runs_on_the_device(device, float64, case):
     use(device)
     rng = np.random.default_rng(0)
@@ -266,6 +266,13 @@ def test_gradcheck_runs_on_the_device(device, float64, case):
         ids[1, 3:] = 0
         mask = mt.masks.padding_mask(ids, 0) & mt.masks.subsequent_mask(5)   # (B,1,T,T) on the device
         module, inputs = mt.layers.MultiHeadAttention(6, 3, dropout=0.2), (x, x.copy(), x.copy(), mask)
+    elif case == "packed_attention":                          # the real tokens' rows; the index on the device
+        ids = rng.integers(3, 9, size=(2, 5))
+        ids[0, 4:], ids[1, 2:] = 0, 0
+        rows = mt.masks.Packing(ids, 0)
+        x = rows.pack(rng.standard_normal((2, 5, 6)))         # (N,D) = (6,6)
+        mask = mt.masks.padding_mask(ids, 0) & mt.masks.subsequent_mask(5)
+        module, inputs = mt.layers.MultiHeadAttention(6, 3), (x, x.copy(), x.copy(), mask, (rows, rows))
     elif case == "embedding":                                 # repeated ids: the scatter-add path
         module, inputs = mt.layers.Embedding(7, 4, scale=True), (np.array([[1, 1, 2, 6], [3, 1, 0, 0]]),)
     else:                                                     # dropout masks drawn by the device generator

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .. import backend
+from ..masks import Packing
 from ..module import Module
 from ._checks import (
     check_float_array,
@@ -114,8 +115,15 @@ class MultiHeadAttention(Module):
     Shapes: query (B,Tq,D), key (B,Tk,D), value (B,Tk,D), mask broadcastable to (B,H,Tq,Tk) -> (B,Tq,D)
     backward(dout) -> (dquery, dkey, dvalue); for self-attention the caller adds the three.
     ``.attn`` -> (B,H,Tq,Tk) after forward.
+
+    packing=(query_packing, key_packing) (``masks.Packing``, either may be None): that side comes as
+    the rows of its real tokens only, query (Nq,D) and key, value (Nk,D), and the output is (Nq,D).
+    The projections run on those rows; Q, K and V are unpacked into their (B,T) grids for the heads,
+    and the heads' output is packed again before W_o. Padded positions hold zeros in the grids, and the
+    mask must hide the padded keys (it does for the Transformer's masks).
     Cache: held by the projections and the attention core; ``stacked`` holds the shared input of the
-    projections that ran as one matmul (x for Q, K, V in self-attention; the memory for K, V in cross).
+    projections that ran as one matmul (x for Q, K, V in self-attention; the memory for K, V in cross);
+    ``packing`` the forward's packing.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
@@ -133,6 +141,7 @@ class MultiHeadAttention(Module):
         self.attention = ScaledDotProductAttention(dropout)
         self.W_o = Linear(d_model, d_model)
         self.stacked = None
+        self.packing = (None, None)
 
     @property
     def attn(self):
@@ -146,24 +155,34 @@ class MultiHeadAttention(Module):
         B, _, T, _ = x.shape
         return x.transpose(0, 2, 1, 3).reshape(B, T, self.d_model)
 
-    def _check_inputs(self, query, key, value, mask=None):
+    def _check_inputs(self, query, key, value, mask, packing):
         # All before the first projection runs: a failed call must not leave W_q waiting for a backward.
-        for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(packing, tuple) or len(packing) != 2 or \
+                not all(p is None or isinstance(p, Packing) for p in packing):
+            raise TypeError(f"MultiHeadAttention: packing must be a pair (query's, key's) of masks.Packing or "
+                            f"None, got {packing!r}")
+        grids = []                                             # (B, T) of query, key, value
+        for name, x, rows in (("query", query, packing[0]), ("key", key, packing[1]), ("value", value, packing[1])):
             check_float_array("MultiHeadAttention", name, x)
-            if x.ndim != 3 or x.shape[-1] != self.d_model:
+            if rows is None and (x.ndim != 3 or x.shape[-1] != self.d_model):
                 raise ValueError(f"MultiHeadAttention: {name} must have shape (B, T, d_model={self.d_model}), "
                                  f"got {tuple(x.shape)}")
-        if key.shape[:2] != value.shape[:2]:
+            if rows is not None and tuple(x.shape) != (rows.size, self.d_model):
+                raise ValueError(f"MultiHeadAttention: {name} is packed, so it must have shape (N={rows.size} "
+                                 f"real tokens, d_model={self.d_model}), got {tuple(x.shape)}")
+            grids.append(tuple(x.shape[:2]) if rows is None else rows.shape)
+        if grids[1] != grids[2]:
             raise ValueError(f"MultiHeadAttention: key and value must have the same (B, Tk), "
                              f"got key {tuple(key.shape)} and value {tuple(value.shape)}")
-        if query.shape[0] != key.shape[0]:
+        if grids[0][0] != grids[1][0]:
             raise ValueError(f"MultiHeadAttention: query and key must have the same batch size, "
-                             f"got {query.shape[0]} and {key.shape[0]}")
+                             f"got {grids[0][0]} and {grids[1][0]}")
         if mask is not None:
-            check_mask("MultiHeadAttention", mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
+            check_mask("MultiHeadAttention", mask, (grids[0][0], self.num_heads, grids[0][1], grids[1][1]))
 
-    def forward(self, query, key, value, mask=None):
-        self._check_inputs(query, key, value, mask)
+    def forward(self, query, key, value, mask=None, packing=(None, None)):
+        self._check_inputs(query, key, value, mask, packing)
+        self.packing = packing
         # Speed: projections that read the same array run as ONE wide matmul (see stacked_linear):
         # Q, K and V in self-attention (query is key is value), K and V in cross-attention (key is value).
         # Separate arrays go through W_q, W_k, W_v one by one. The arithmetic is the same either way.
@@ -177,24 +196,29 @@ class MultiHeadAttention(Module):
         else:
             self.stacked = None
             q, k, v = self.W_q(query), self.W_k(key), self.W_v(value)  # (B,Tq,D), (B,Tk,D), (B,Tk,D)
+        q_rows, k_rows = packing
+        q, k, v = unpack(q_rows, q), unpack(k_rows, k), unpack(k_rows, v)  # (B,Tq,D), (B,Tk,D), (B,Tk,D) grids
         heads = self.attention(self.split_heads(q), self.split_heads(k), self.split_heads(v), mask)  # (B,H,Tq,Dk)
-        return self.W_o(self.merge_heads(heads))               # Concat(heads) W_o   (B,Tq,D)
+        return self.W_o(pack(q_rows, self.merge_heads(heads)))  # Concat(heads) W_o   (B,Tq,D) or (Nq,D)
 
-    def backward(self, dout):                                  # dout (B,Tq,D)
-        dheads = self.split_heads(self.W_o.backward(dout))     # (B,H,Tq,Dk)
+    def backward(self, dout):                                  # dout (B,Tq,D) or (Nq,D)
+        q_rows, k_rows = self.packing
+        self.packing = (None, None)
+        dheads = self.split_heads(unpack(q_rows, self.W_o.backward(dout)))  # (B,H,Tq,Dk)
         dq, dk, dv = self.attention.backward(dheads)           # (B,H,Tq,Dk), (B,H,Tk,Dk), (B,H,Tk,Dk)
         if self.stacked is None:
-            dquery = self.W_q.backward(self.merge_heads(dq))   # (B,Tq,D)
-            dkey = self.W_k.backward(self.merge_heads(dk))     # (B,Tk,D)
-            dvalue = self.W_v.backward(self.merge_heads(dv))   # (B,Tk,D)
+            dquery = self.W_q.backward(pack(q_rows, self.merge_heads(dq)))   # (B,Tq,D) or (Nq,D)
+            dkey = self.W_k.backward(pack(k_rows, self.merge_heads(dk)))     # (B,Tk,D) or (Nk,D)
+            dvalue = self.W_v.backward(pack(k_rows, self.merge_heads(dv)))   # (B,Tk,D) or (Nk,D)
             return dquery, dkey, dvalue
         x, linears = self.stacked
         self.stacked = None
         if len(linears) == 3:                                  # self-attention: Q, K, V from one x
-            dquery, dkey, dvalue = stacked_linear_backward(x, linears, self.merge_heads_stacked(dq, dk, dv))
+            dqkv = pack(q_rows, self.merge_heads_stacked(dq, dk, dv))       # (B,T,3D) or (N,3D)
+            dquery, dkey, dvalue = stacked_linear_backward(x, linears, dqkv)
         else:                                                  # cross-attention: K, V from one memory
-            dquery = self.W_q.backward(self.merge_heads(dq))   # (B,Tq,D)
-            dkey, dvalue = stacked_linear_backward(x, linears, self.merge_heads_stacked(dk, dv))
+            dquery = self.W_q.backward(pack(q_rows, self.merge_heads(dq)))  # (B,Tq,D) or (Nq,D)
+            dkey, dvalue = stacked_linear_backward(x, linears, pack(k_rows, self.merge_heads_stacked(dk, dv)))
         return dquery, dkey, dvalue
 
     def merge_heads_stacked(self, *xs):                        # n x (B,H,T,Dk) -> (B,T,n*D)
@@ -207,3 +231,11 @@ class MultiHeadAttention(Module):
 
     def extra_repr(self):
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}"
+
+
+def pack(packing, x):                                          # (B,T,...) -> (N,...), or x itself without packing
+    return x if packing is None else packing.pack(x)
+
+
+def unpack(packing, rows):                                     # (N,...) -> (B,T,...), or rows itself without packing
+    return rows if packing is None else packing.unpack(rows)
