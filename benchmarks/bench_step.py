@@ -17,7 +17,10 @@ backward, Adam step, zero_grad -- with tied output embeddings and the preset's d
   forward (Q/K/V/output projections, Q K^T and A V over the full padded T x T / T x S grids, the two
   feed-forward layers, the tied output projection); backward costs two products of the same size per
   forward product (dX and dW, or dQ and dK), so a step is 3x the forward. Softmax, LayerNorm, the loss,
-  dropout, embeddings and Adam are not counted (they are memory-bound and a few percent of the FLOPs);
+  dropout, embeddings and Adam are not counted (they are memory-bound and a few percent of the FLOPs).
+  Each library is credited with the products it runs: torch computes every position of the padded batch,
+  ours skips the padding (``masks.Packing``: the projections and feed-forward layers run on the real
+  tokens' rows), so its count is smaller by the batch's padding share (printed with each preset);
 - that rate as a fraction of the machine's float32 matmul peak, measured here as the best of several
   large square NumPy sgemms (n = 3072) with the same thread count, at the start and at the end of the run;
 - the floor set by the matrix products: every product of our step (``step_matmuls``) timed alone at its
@@ -125,8 +128,18 @@ def real_tokens(src, tgt_out) -> int:
     return int((src != PAD).sum() + (tgt_out != PAD).sum())
 
 
-def step_matmuls(cfg: dict, B: int, S: int, T: int) -> list:
+def packed_rows(src, tgt_in) -> tuple:
+    """(Ns, Nt): the rows our model's position-wise layers run on, its real source and target-input tokens."""
+    return int((src != PAD).sum()), int((tgt_in != PAD).sum())
+
+
+def step_matmuls(cfg: dict, B: int, S: int, T: int, Ns: int | None = None, Nt: int | None = None) -> list:
     """Every matrix product of one training step of our model, as the code runs it.
+
+    Ns, Nt: the rows the position-wise products run on, the real (non-pad) source and target tokens, as
+    our model packs them (masks.Packing); default B*S and B*T, every position, as torch computes. The
+    attention products run over the full padded grids either way, and the output projection over all
+    B*T target positions (it writes the (B,T,V) logits).
 
     A list of (count, a_shape, b_shape, layout): `count` products a @ b with a of a_shape and b of b_shape
     (3-D shapes are stacks of B*H products, one per head). layout says which operand is a transposed view
@@ -139,7 +152,8 @@ def step_matmuls(cfg: dict, B: int, S: int, T: int) -> list:
     """
     D, F, V, H = cfg["d_model"], cfg["d_ff"], cfg["tgt_vocab_size"], cfg["num_heads"]
     Le, Ld, Dk = cfg["num_encoder_layers"], cfg["num_decoder_layers"], D // H
-    Ns, Nt = B * S, B * T                                   # source / target positions
+    Ns = B * S if Ns is None else Ns                        # source rows of the position-wise products
+    Nt = B * T if Nt is None else Nt                        # target rows
     products = []
 
     def linear(count, N, i, o):
@@ -160,7 +174,8 @@ def step_matmuls(cfg: dict, B: int, S: int, T: int) -> list:
     stacked(Ld, Nt, 3); attention(Ld, T, T); linear(Ld, Nt, D, D)                 # decoder self-attention
     linear(Ld, Nt, D, D); stacked(Ld, Ns, 2); attention(Ld, T, S); linear(Ld, Nt, D, D)  # cross-attention
     linear(Ld, Nt, D, F); linear(Ld, Nt, F, D)                                    # decoder feed-forward
-    products.extend([(1, (Nt, D), (D, V), "nt"), (1, (V, Nt), (Nt, D), "tn"), (1, (Nt, V), (V, D), "nn")])
+    BT = B * T                                                                    # the projection: every position
+    products.extend([(1, (BT, D), (D, V), "nt"), (1, (V, BT), (BT, D), "tn"), (1, (BT, V), (V, D), "nn")])
     return products
 
 
@@ -387,8 +402,8 @@ def matmul_floor(preset: str, threads: int, repeats: int = 5) -> dict:
     import numpy
 
     limits = _limit_blas_threads(threads)  # noqa: F841 (kept alive for the measurement)
-    batch = SHAPES[preset]
-    products = step_matmuls(model_config(preset), batch["batch"], batch["src_len"], batch["tgt_len"])
+    src, tgt_in, _ = make_batch(preset)
+    products = step_matmuls(model_config(preset), *src.shape, tgt_in.shape[1], *packed_rows(src, tgt_in))
     rng = numpy.random.default_rng(0)
 
     def operand(dims, transposed):                       # a C-contiguous array, or the transposed view of one
@@ -480,13 +495,17 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
     shape = SHAPES[preset]
     cfg = model_config(preset)
     steps = steps or shape["steps"]
-    src, _, tgt_out = make_batch(preset)
+    src, tgt_in, tgt_out = make_batch(preset)
     B, S, T = src.shape[0], src.shape[1], tgt_out.shape[1]
-    flops = matmul_flops(step_matmuls(cfg, B, S, T))
+    Ns, Nt = packed_rows(src, tgt_in)
+    flops = {"ours": matmul_flops(step_matmuls(cfg, B, S, T, Ns, Nt)),  # the padding skipped
+             "torch": matmul_flops(step_matmuls(cfg, B, S, T))}         # every position
     tokens = real_tokens(src, tgt_out)
-    print(f"\n== {preset}: vocab {shape['vocab']}, batch {B}, src {S}, tgt {T}; d {cfg['d_model']}, "
+    print(f"\n== {preset}: vocab {shape['vocab']}, batch {B}, src {S}, tgt {T} ({100 * (1 - Ns / (B * S)):.0f}% "
+          f"and {100 * (1 - Nt / (B * T)):.0f}% padding); d {cfg['d_model']}, "
           f"{cfg['num_heads']} heads, {cfg['num_encoder_layers']}+{cfg['num_decoder_layers']} layers, "
-          f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; {flops / 1e9:.2f} GFLOP of matmul per step; "
+          f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; GFLOP of matmul per step: {flops['torch'] / 1e9:.2f} "
+          f"over every position, {flops['ours'] / 1e9:.2f} as ours runs it (padding skipped); "
           f"{steps} steps per run", flush=True)
 
     impls = {"ours": Worker("ours", preset, threads)}
@@ -513,12 +532,13 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
         print(line, flush=True)
 
     result = {"shape": {"vocab": shape["vocab"], "batch": B, "src_len": S, "tgt_len": T}, "config": cfg,
-              "steps_per_run": steps, "matmul_gflop_per_step": flops / 1e9, "tokens_per_step": tokens,
+              "steps_per_run": steps, "matmul_gflop_per_step": {k: f / 1e9 for k, f in flops.items()},
+              "padding": {"src": 1 - Ns / (B * S), "tgt_in": 1 - Nt / (B * T)}, "tokens_per_step": tokens,
               "pairs": pairs}
     for name, w in impls.items():
         med = statistics.median(times[name])
         result[name] = {"median_ms": 1e3 * med, "min_ms": 1e3 * min(times[name]), "tokens_per_s": tokens / med,
-                        "gflops": flops / med / 1e9, "loss": losses[name], "memory": w.ask(cmd="memory"),
+                        "gflops": flops[name] / med / 1e9, "loss": losses[name], "memory": w.ask(cmd="memory"),
                         **{k: v for k, v in w.first.items() if k != "ready"}}
     if with_torch:
         result["ratio_median"] = statistics.median(p["ratio"] for p in pairs)
@@ -583,7 +603,7 @@ def markdown(report: dict) -> str:
              + f". float32 matmul peak (n=3072 sgemm, same threads): {peak:.0f} GFLOP/s. "
              f"Load average at the end: {report.get('load_average_end', 'unknown')}.",
              "",
-             ("| preset | batch (B, S, T, V) | ours ms | torch ms | ours/torch (median of pairs) | ours/torch "
+             ("| preset | batch (B, S, T, V; padding src / tgt) | ours ms | torch ms | ours/torch (median of pairs) | ours/torch "
               "(third of pairs where torch ran fastest) | ours GFLOP/s (% peak) | torch GFLOP/s | ours tok/s "
               "| step memory ours / torch | greedy 64 tok: cached vs naive |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -591,7 +611,8 @@ def markdown(report: dict) -> str:
         s, o, t = r["shape"], r["ours"], r.get("torch")
         d = r.get("decode")
         lines.append(
-            f"| {preset} | {s['batch']}, {s['src_len']}, {s['tgt_len']}, {s['vocab']} | {o['median_ms']:.1f} | "
+            f"| {preset} | {s['batch']}, {s['src_len']}, {s['tgt_len']}, {s['vocab']}; "
+            f"{100 * r['padding']['src']:.0f}% / {100 * r['padding']['tgt_in']:.0f}% | {o['median_ms']:.1f} | "
             + (f"{t['median_ms']:.1f} | {r['ratio_median']:.2f}x | {r['ratio_torch_fastest']:.2f}x | " if t
                else "- | - | - | ")
             + f"{o['gflops']:.0f} ({100 * o['gflops'] / peak:.0f}%) | "
@@ -605,8 +626,10 @@ def markdown(report: dict) -> str:
         f = r["matmul_floor"]
         floors.append(f"{preset} {f['floor_ms']:.1f} ms" + (f" = {f['torch_ratio']:.2f}x torch's step "
                       f"({f['torch_fastest_ratio']:.2f}x where torch ran fastest)" if "torch_ratio" in f else ""))
-    lines += ["", "The step's matrix products alone, each timed at its own shape and layout with the same threads "
-              "(the best a step running them can do): " + "; ".join(floors) + "."]
+    lines += ["", ("GFLOP/s count the matrix products each library runs: torch's over every position, ours over "
+                   "the real tokens (our stacks skip the padding; torch.nn.Transformer computes it)."),
+              "", ("Our step's matrix products alone, each timed at its own shape and layout with the same threads "
+                   "(the best a step running them can do): " + "; ".join(floors) + ".")]
     lines += ["", "| target (issue 6, CPU) | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {fig} | {'yes' if ok else 'no'} |" for name, fig, ok in report["targets"]]
     return "\n".join(lines) + "\n"

@@ -223,7 +223,7 @@ class DecoderLayer(Module):
         self.sublayer_ffn = SublayerConnection(d_model, dropout, norm_first)
 
     def forward(self, y, memory, tgt_mask=None, src_mask=None, packing=(None, None)):  # y (B,T,D), memory (B,S,D)
-        tgt_rows, src_rows = packing
+        tgt_rows = packing[0]                                  # self-attention: the target on both sides
         y = self.sublayer_self(y, lambda h: self.self_attn(h, h, h, tgt_mask, (tgt_rows, tgt_rows)))  # (B,T,D)
         y = self.sublayer_cross(y, lambda h: self.cross_attn(h, memory, memory, src_mask, packing))  # (B,T,D)
         return self.sublayer_ffn(y, self.ffn)                  # (B,T,D)   (or (Nt,D), each of the three)

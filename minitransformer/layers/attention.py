@@ -186,18 +186,21 @@ class MultiHeadAttention(Module):
         # Speed: projections that read the same array run as ONE wide matmul (see stacked_linear):
         # Q, K and V in self-attention (query is key is value), K and V in cross-attention (key is value).
         # Separate arrays go through W_q, W_k, W_v one by one. The arithmetic is the same either way.
+        # Packed sides come as rows and go into their (B,T) grids right after the projections: each stacked
+        # output is unpacked as one array (one scatter instead of two or three), then cut into views.
+        D, (q_rows, k_rows) = self.d_model, packing
         if query is key and key is value:
             self.stacked = (query, (self.W_q, self.W_k, self.W_v))
-            q, k, v = stacked_linear(query, self.stacked[1])   # (B,Tq,D) each
+            qkv = unpack(q_rows, stacked_linear(query, self.stacked[1], split=False))  # (B,Tq,3D)
+            q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]            # (B,Tq,D) views
         elif key is value:
             self.stacked = (key, (self.W_k, self.W_v))
-            q = self.W_q(query)                                # (B,Tq,D)
-            k, v = stacked_linear(key, self.stacked[1])        # (B,Tk,D) each
+            q = unpack(q_rows, self.W_q(query))                # (B,Tq,D)
+            kv = unpack(k_rows, stacked_linear(key, self.stacked[1], split=False))  # (B,Tk,2D)
+            k, v = kv[..., :D], kv[..., D:]                    # (B,Tk,D) views
         else:
             self.stacked = None
-            q, k, v = self.W_q(query), self.W_k(key), self.W_v(value)  # (B,Tq,D), (B,Tk,D), (B,Tk,D)
-        q_rows, k_rows = packing
-        q, k, v = unpack(q_rows, q), unpack(k_rows, k), unpack(k_rows, v)  # (B,Tq,D), (B,Tk,D), (B,Tk,D) grids
+            q, k, v = unpack(q_rows, self.W_q(query)), unpack(k_rows, self.W_k(key)), unpack(k_rows, self.W_v(value))
         heads = self.attention(self.split_heads(q), self.split_heads(k), self.split_heads(v), mask)  # (B,H,Tq,Dk)
         return self.W_o(pack(q_rows, self.merge_heads(heads)))  # Concat(heads) W_o   (B,Tq,D) or (Nq,D)
 

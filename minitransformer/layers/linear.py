@@ -57,9 +57,10 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.b is not None}"
 
 
-def stacked_linear(x, linears):
+def stacked_linear(x, linears, split: bool = True):
     """[x W_1 + b_1, ..., x W_n + b_n] for n Linear layers that read the SAME input, computed as one
     matrix product x [W_1 ... W_n] + [b_1 ... b_n].      Shapes: x (..., in) -> n arrays (..., out_i)
+    split=False returns the stacked output itself, (..., sum out_i), for the caller to cut.
 
     Self-attention projects one x to Q, K and V; cross-attention projects the memory to K and V. One GEMM
     n times as wide does the same FLOPs faster than n narrow ones: x is read once, and BLAS blocks and
@@ -76,6 +77,8 @@ def stacked_linear(x, linears):
         # column slices (5% of this function on the base model). A layer without bias adds zeros.
         out += xp.concatenate([lin.b.data if lin.b is not None else xp.zeros(lin.out_features, out.dtype)
                                for lin in linears])                         # (sum out_i,)
+    if not split:
+        return out.reshape(*x.shape[:-1], out.shape[-1])                    # (..., sum out_i)
     outs, start = [], 0
     for lin in linears:
         part = out[:, start:start + lin.out_features]                       # (N, out_i), a view
