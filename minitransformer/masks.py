@@ -61,6 +61,8 @@ class Packing:
         if not hasattr(ids, "ndim") or ids.ndim != 2 or ids.dtype.kind not in "iu":
             raise ValueError(f"Packing: ids must be a 2-D integer array (B, T) of token ids, "
                              f"got {getattr(ids, 'shape', type(ids).__name__)}")
+        if isinstance(pad_id, bool) or not isinstance(pad_id, (int, numpy.integer)):
+            raise TypeError(f"Packing: pad_id must be an int, got {pad_id!r}")
         xp = numpy if isinstance(ids, numpy.ndarray) else backend.xp()   # device ids: CuPy counts them on the host
         self.shape = tuple(int(n) for n in ids.shape)                  # (B, T)
         real = ids.reshape(-1) != pad_id                                # (B*T,) bool
@@ -72,7 +74,7 @@ class Packing:
 
     def pack(self, x):                                         # (B,T,...) -> (N,...)
         rows = x.reshape(-1, *x.shape[2:])                     # (B*T, ...)
-        return rows if self.index is None else rows[self.index]
+        return rows if self.index is None else backend.xp().take(rows, self.index, axis=0)  # rows[index]
 
     def unpack(self, rows):                                    # (N,...) -> (B,T,...)
         if self.index is not None:

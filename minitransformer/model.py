@@ -288,7 +288,7 @@ class Encoder(Module):
     def forward(self, x, mask=None, packing=None):             # x (B,S,D) or (N,D)
         for layer in self.layers:
             x = layer(x, mask, packing)                        # (B,S,D) or (N,D)
-        return self.norm(x) if self.norm is not None else x    # (B,S,D)
+        return self.norm(x) if self.norm is not None else x    # (B,S,D) or (N,D)
 
     def backward(self, dout):                                  # dout (B,S,D) -> dx (B,S,D)
         dx = self.norm.backward(dout) if self.norm is not None else dout
@@ -315,7 +315,7 @@ class Decoder(Module):
     def forward(self, y, memory, tgt_mask=None, src_mask=None, packing=(None, None)):  # y (B,T,D), memory (B,S,D)
         for layer in self.layers:
             y = layer(y, memory, tgt_mask, src_mask, packing)  # (B,T,D) or (Nt,D)
-        return self.norm(y) if self.norm is not None else y    # (B,T,D)
+        return self.norm(y) if self.norm is not None else y    # (B,T,D) or (Nt,D)
 
     def backward(self, dout):                                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
         dy = self.norm.backward(dout) if self.norm is not None else dout

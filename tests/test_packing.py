@@ -60,6 +60,12 @@ def test_packing_rejects_what_is_not_a_2d_integer_array(ids):
         Packing(ids, PAD)
 
 
+@pytest.mark.parametrize("pad_id", [0.0, None, True, "0"])
+def test_packing_rejects_a_pad_id_that_is_not_an_int(pad_id):
+    with pytest.raises(TypeError, match="Packing: pad_id must be an int"):
+        Packing(np.zeros((2, 3), dtype=int), pad_id)
+
+
 # --------------------------------------------------------------------------- attention on packed rows
 
 def attention_case(rng, cross):
