@@ -415,7 +415,7 @@ class Transformer(Module):
     ``backward(dlogits)`` fills every parameter's .grad and returns None (token ids have no gradient).
     For inference: ``encode(src)`` -> memory, ``decode(tgt_in, memory, src_mask)`` -> logits, and
     ``decode_step`` (one new position, with a key/value cache; see decoding.py).
-    Cache: held by the children.
+    Cache: held by the children, plus the forward's two Packings (target, source) for backward.
     """
 
     def __init__(self, config: TransformerConfig):
@@ -512,7 +512,7 @@ class Transformer(Module):
             raise ValueError(f"Transformer.backward: dlogits must have the logits' shape {tuple(shape)}, "
                              f"got {tuple(dlogits.shape)}")
         self._logits_shape = None
-        tgt_rows, src_rows = self._packing
+        (tgt_rows, src_rows), self._packing = self._packing, None
         dy = tgt_rows.pack(self.projection.backward(dlogits))  # (Nt,D): the padded rows' gradient goes nowhere
         dy, dmemory = self.decoder.backward(dy)                # (Nt,D), (Ns,D) summed over decoder layers
         dy = tgt_rows.unpack(dy)                               # (B,T,D), 0 at the padding
