@@ -12,6 +12,12 @@ from . import backend
 from .layers._checks import check_positive_int
 
 
+def check_pad_id(owner: str, pad_id) -> None:
+    """pad_id must be a plain int (not a bool, not a float): the id that marks padding in a batch of ids."""
+    if isinstance(pad_id, bool) or not isinstance(pad_id, (int, numpy.integer)):
+        raise TypeError(f"{owner}: pad_id must be an int, got {pad_id!r}")
+
+
 def padding_mask(ids, pad_id: int = 0):
     """True where the key token is not padding.          Shapes: ids (B,Tk) int -> (B,1,1,Tk) bool"""
     if not hasattr(ids, "ndim") or not hasattr(ids, "dtype"):
@@ -20,8 +26,7 @@ def padding_mask(ids, pad_id: int = 0):
         raise ValueError(f"padding_mask: ids must be a 2-D array (B, T) of token ids, got shape {tuple(ids.shape)}")
     if ids.dtype.kind not in "iu":
         raise TypeError(f"padding_mask: ids must hold integer token ids, got dtype {ids.dtype}")
-    if isinstance(pad_id, bool) or not isinstance(pad_id, (int, numpy.integer)):
-        raise TypeError(f"padding_mask: pad_id must be an int, got {pad_id!r}")
+    check_pad_id("padding_mask", pad_id)
     # On the active backend, as subsequent_mask is: host ids (NumPy) give a device mask on CuPy, where a
     # host mask could neither be combined with ``&`` nor meet the scores. A no-op for NumPy and device ids.
     return (backend.asarray(ids) != pad_id)[:, None, None, :]  # (B,1,1,Tk)
@@ -61,8 +66,7 @@ class Packing:
         if not hasattr(ids, "ndim") or ids.ndim != 2 or ids.dtype.kind not in "iu":
             raise ValueError(f"Packing: ids must be a 2-D integer array (B, T) of token ids, "
                              f"got {getattr(ids, 'shape', type(ids).__name__)}")
-        if isinstance(pad_id, bool) or not isinstance(pad_id, (int, numpy.integer)):
-            raise TypeError(f"Packing: pad_id must be an int, got {pad_id!r}")
+        check_pad_id("Packing", pad_id)
         xp = numpy if isinstance(ids, numpy.ndarray) else backend.xp()   # device ids: CuPy counts them on the host
         self.shape = tuple(int(n) for n in ids.shape)                  # (B, T)
         real = ids.reshape(-1) != pad_id                                # (B*T,) bool

@@ -456,8 +456,7 @@ class Transformer(Module):
         if src.shape[0] != tgt_in.shape[0]:
             raise ValueError(f"Transformer: src and tgt_in must have the same batch size, got src "
                              f"{tuple(src.shape)} and tgt_in {tuple(tgt_in.shape)}")
-        src_rows, tgt_rows = Packing(src, c.pad_id), Packing(tgt_in, c.pad_id)   # from the host ids
-        src, tgt_in = backend.asarray(src), backend.asarray(tgt_in)
+        (src, src_rows), (tgt_in, tgt_rows) = self._packed(src), self._packed(tgt_in)
         src_mask = self.src_mask(src)                          # (B,1,1,S)
         memory = self._encode(src, src_mask, src_rows)         # (Ns,D) rows of the real source tokens
         logits = self._decode(tgt_in, memory, src_mask, (tgt_rows, src_rows))  # (B,T,V)
@@ -469,18 +468,15 @@ class Transformer(Module):
         """memory = Encoder(Dropout(Embed(src)·√D + PE)).     Shapes: src (B,S) int -> (B,S,D)
         Zero rows at padded positions (the encoder skips them; every attention masks them)."""
         c = self.config
-        src = as_token_ids("Transformer.encode", "src", src, c.src_vocab_size, c.max_len)
-        src_rows = Packing(src, c.pad_id)
-        src = backend.asarray(src)
+        src, src_rows = self._packed(as_token_ids("Transformer.encode", "src", src, c.src_vocab_size, c.max_len))
         return src_rows.unpack(self._encode(src, self.src_mask(src), src_rows))   # (B,S,D)
 
     def decode(self, tgt_in, memory, src_mask=None):
         """logits for every target position, given the encoder memory.
                             Shapes: tgt_in (B,T) int, memory (B,S,D), src_mask (B,1,1,S) bool -> (B,T,V)"""
         c = self.config
-        tgt_in = as_token_ids("Transformer.decode", "tgt_in", tgt_in, c.tgt_vocab_size, c.max_len)
-        tgt_rows = Packing(tgt_in, c.pad_id)
-        tgt_in = backend.asarray(tgt_in)
+        tgt_in, tgt_rows = self._packed(as_token_ids("Transformer.decode", "tgt_in", tgt_in, c.tgt_vocab_size,
+                                                     c.max_len))
         if not backend.is_array(memory) or memory.dtype.kind != "f":
             raise TypeError(f"Transformer.decode: memory must be a float array (B, S, d_model), as encode returns, "
                             f"got {getattr(memory, 'dtype', type(memory).__name__)}")
@@ -488,6 +484,11 @@ class Transformer(Module):
             raise ValueError(f"Transformer.decode: memory must have shape (B={tgt_in.shape[0]}, S, "
                              f"d_model={c.d_model}), got {tuple(memory.shape)}")
         return self._decode(tgt_in, memory, src_mask, (tgt_rows, None))  # memory as given, (B,S,D)
+
+    def _packed(self, ids):
+        """Checked ids -> (ids on the active backend, their Packing). The Packing is built before the ids
+        move, from host ids when they came from the host: a GPU step copies ids to the device, never back."""
+        return backend.asarray(ids), Packing(ids, self.config.pad_id)
 
     def _encode(self, src, src_mask, src_rows):                # -> (Ns,D) rows of the real source tokens
         x = self.src_dropout(self.src_pos(self.src_embed(src, check_range=False)))  # (B,S,D)
