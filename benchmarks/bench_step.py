@@ -60,6 +60,19 @@ busy the machine was.
 
 Run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (``env -u``, for this command only) so that
 OpenBLAS picks its native kernel; the script prints which kernel runs (threadpoolctl, when installed).
+
+On a GPU (``benchmarks/gpu.sh`` runs this):
+
+    python benchmarks/bench_step.py --backend cupy [--cpu-base-ms 2230] [--steps 20]
+
+runs our worker on ``mt.set_backend("cupy")``: the same batches (host ids, as a data loader gives them),
+the same FLOP count and the same decoding check. Each timed step ends with a device synchronize (CuPy
+queues kernels and returns); the peak is a large float32 cuBLAS product on the device, the floor times
+each product on the device, and the step memory is what CuPy's memory pool holds after the steps
+(weights, gradients, Adam's state and the activations' blocks, which the pool keeps for reuse). torch is
+not run (its comparison is on the CPU). ``--cpu-base-ms``, the base step on 2 CPU cores from the CPU
+table, adds issue 6's GPU target: base at least 30x faster there. ``--backend fakecupy`` runs the same
+path on the tests' CPU stand-in for CuPy (tests/fakecupy.py), to check the script without a GPU.
 """
 
 from __future__ import annotations
@@ -82,7 +95,7 @@ PAD, BOS, EOS, FIRST_SYMBOL = 0, 1, 2, 4
 LABEL_SMOOTHING = 0.1
 DECODE_LEN = 64
 
-# Batch shapes (issue 6) and how many steps one timed run takes (a run lasts about a second).
+# Batch shapes (issue 6) and how many steps one timed run takes on the CPU (a run lasts about a second).
 SHAPES = {
     "tiny": {"vocab": 14, "batch": 64, "src_len": 12, "tgt_len": 11, "steps": 20, "decode_batch": 16},
     "small": {"vocab": 8000, "batch": 64, "src_len": 16, "tgt_len": 18, "steps": 4, "decode_batch": 16},
@@ -91,6 +104,41 @@ SHAPES = {
 
 
 # ================================================================================ shared by all processes
+
+BACKENDS = ("numpy", "cupy", "fakecupy")
+DEVICE_STEPS = 20        # steps per timed run on a device backend, where a base step takes milliseconds
+
+
+def array_module(backend: str):
+    """The array namespace that ``--backend`` names, as ``mt.set_backend`` takes it."""
+    if backend == "numpy":
+        import numpy
+
+        return numpy
+    if backend == "cupy":
+        import cupy
+
+        return cupy
+    sys.path.insert(0, os.path.join(ROOT, "tests"))         # the tests' CPU stand-in for CuPy
+    import fakecupy
+
+    return fakecupy
+
+
+def synchronize(xp) -> None:
+    """Wait until the device has run all the work queued on it: CuPy returns before its kernels finish, so
+    a step is timed up to this call. NumPy (and the stand-in) compute before returning: nothing to wait for."""
+    if hasattr(xp, "cuda"):
+        xp.cuda.Device().synchronize()
+
+
+def device_name(xp) -> str | None:
+    """The GPU's name under CuPy; None on the CPU backends."""
+    if not hasattr(xp, "cuda"):
+        return None
+    name = xp.cuda.runtime.getDeviceProperties(xp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else name
+
 
 def model_config(preset: str) -> dict:
     """The preset's sizes, read from the package (one source of truth for both workers)."""
@@ -196,6 +244,19 @@ def proc_status(field: str) -> int:
     return -1
 
 
+class DevicePoolProbe:
+    """Device memory of a step under CuPy: what its memory pool holds after the steps. The pool keeps every
+    block it has allocated for reuse, so that is the most the step had in use at once (plus rounding)."""
+
+    def __init__(self, xp):
+        self.pool = xp.get_default_memory_pool()
+        self.pool.free_all_blocks()                         # nothing of ours is allocated yet
+
+    def peak(self) -> dict:
+        held = self.pool.total_bytes()
+        return {"step_mb": held / 2**20, "method": "CuPy memory pool: bytes held after the steps"}
+
+
 class MemoryProbe:
     """Peak resident memory of this process from now on (see the module docstring for the method)."""
 
@@ -239,13 +300,17 @@ def _limit_blas_threads(threads: int):
     current = info[0]["num_threads"] if info else None
     if current == threads:
         return None
-    import threadpoolctl
-
+    try:
+        import threadpoolctl
+    except ImportError:
+        print(f"note: threadpoolctl is not installed, so BLAS keeps its own thread count instead of {threads} "
+              "(pip install threadpoolctl)", file=sys.stderr)
+        return None
     return threadpoolctl.threadpool_limits(threads, user_api="blas")
 
 
 class OursWorker:
-    def __init__(self, preset: str, threads: int):
+    def __init__(self, preset: str, threads: int, backend: str = "numpy"):
         import numpy
 
         sys.path.insert(0, ROOT)
@@ -254,7 +319,9 @@ class OursWorker:
         self.np, self.mt = numpy, mt
         self._limits = _limit_blas_threads(threads)
         mt.backend.set_num_threads(threads)                         # our own threads (Adam's update) too
-        self.memory = MemoryProbe()
+        self.xp = array_module(backend)
+        mt.set_backend(self.xp)                                     # before the model: its weights live there
+        self.memory = DevicePoolProbe(self.xp) if hasattr(self.xp, "get_default_memory_pool") else MemoryProbe()
         mt.set_default_dtype("float32")
         mt.manual_seed(0)
         self.cfg = mt.TransformerConfig.from_dict(model_config(preset))
@@ -263,15 +330,18 @@ class OursWorker:
         self.opt = mt.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         self.src, self.tgt_in, self.tgt_out = make_batch(preset)
         self.preset = preset
-        self.info = {"blas": blas_info(), "numpy": numpy.__version__,
-                     "parameters": self.model.num_parameters()}
+        self.info = {"blas": blas_info(), "numpy": numpy.__version__, "backend": mt.get_backend(),
+                     "device": device_name(self.xp), "parameters": self.model.num_parameters()}
+        if backend != "numpy":
+            self.info[backend] = self.xp.__version__ if hasattr(self.xp, "__version__") else "stand-in"
 
     def step(self) -> float:
-        logits = self.model(self.src, self.tgt_in)                  # (B,T,V)
+        logits = self.model(self.src, self.tgt_in)                  # (B,T,V), from the host ids
         loss = self.loss_fn(logits, self.tgt_out)
         self.model.backward(self.loss_fn.backward())
         self.opt.step()
         self.opt.zero_grad()
+        synchronize(self.xp)                                        # the step is done when the device is
         return loss
 
     def decode(self, repeats: int) -> dict:
@@ -285,6 +355,7 @@ class OursWorker:
             for mode in ("cached", "naive"):
                 t0 = time.perf_counter()
                 out = mt.decoding.greedy_decode(model, src, max_len=DECODE_LEN, naive=(mode == "naive"))
+                synchronize(self.xp)
                 times[mode].append(time.perf_counter() - t0)
                 reference = out if reference is None else reference
                 if out != reference:
@@ -368,31 +439,37 @@ class TorchWorker:
         return float(loss.detach())
 
 
-def time_matmul(a, b, repeats: int) -> list:
-    """Seconds taken by each of `repeats` products a @ b, after one warm-up (BLAS buffers, threads, caches)."""
+def time_matmul(a, b, repeats: int, xp=None) -> list:
+    """Seconds taken by each of `repeats` products a @ b, after one warm-up (BLAS buffers, threads, caches;
+    on a GPU, cuBLAS's handle and workspace), each timed until the device `xp` has finished it."""
     a @ b
+    synchronize(xp)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         a @ b
+        synchronize(xp)
         times.append(time.perf_counter() - t0)
     return times
 
 
-def peak_gflops(threads: int, n: int = 3072, repeats: int = 5) -> dict:
-    """The machine's float32 matmul peak: the best of `repeats` n x n NumPy sgemms."""
+def peak_gflops(threads: int, backend: str = "numpy", repeats: int = 5) -> dict:
+    """The machine's float32 matmul peak: the best of `repeats` n x n sgemms, NumPy's (n = 3072) or, on a
+    GPU, cuBLAS's (n = 8192: a GPU needs a larger product to reach its peak)."""
     import numpy
 
     limits = _limit_blas_threads(threads)  # noqa: F841 (kept alive for the measurement)
+    xp = array_module(backend)
+    n = 8192 if hasattr(xp, "cuda") else 3072
     rng = numpy.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=numpy.float32)
-    b = rng.standard_normal((n, n), dtype=numpy.float32)
-    times = time_matmul(a, b, repeats)
+    a = xp.asarray(rng.standard_normal((n, n), dtype=numpy.float32))
+    b = xp.asarray(rng.standard_normal((n, n), dtype=numpy.float32))
+    times = time_matmul(a, b, repeats, xp)
     flops = 2.0 * n ** 3
     return {"n": n, "best_gflops": flops / min(times) / 1e9, "median_gflops": flops / statistics.median(times) / 1e9}
 
 
-def matmul_floor(preset: str, threads: int, repeats: int = 5) -> dict:
+def matmul_floor(preset: str, threads: int, backend: str = "numpy", repeats: int = 5) -> dict:
     """How long one training step's matrix products take when each runs alone: the step's time if
     everything else (softmax, LayerNorm, dropout, the loss, Adam, Python) cost nothing.
 
@@ -402,24 +479,25 @@ def matmul_floor(preset: str, threads: int, repeats: int = 5) -> dict:
     import numpy
 
     limits = _limit_blas_threads(threads)  # noqa: F841 (kept alive for the measurement)
+    xp = array_module(backend)
     src, tgt_in, _ = make_batch(preset)
     products = step_matmuls(model_config(preset), *src.shape, tgt_in.shape[1], *packed_rows(src, tgt_in))
     rng = numpy.random.default_rng(0)
 
     def operand(dims, transposed):                       # a C-contiguous array, or the transposed view of one
         if not transposed:
-            return rng.standard_normal(dims, dtype=numpy.float32)
-        return rng.standard_normal(dims[:-2] + dims[-2:][::-1], dtype=numpy.float32).swapaxes(-1, -2)
+            return xp.asarray(rng.standard_normal(dims, dtype=numpy.float32))
+        return xp.asarray(rng.standard_normal(dims[:-2] + dims[-2:][::-1], dtype=numpy.float32)).swapaxes(-1, -2)
 
     total = 0.0
     for count, a_shape, b_shape, layout in products:
         a, b = operand(a_shape, layout[0] == "t"), operand(b_shape, layout[1] == "t")
-        total += count * statistics.median(time_matmul(a, b, repeats))
+        total += count * statistics.median(time_matmul(a, b, repeats, xp))
     return {"floor_ms": 1e3 * total, "products": sum(count for count, *_ in products),
             "gflops": matmul_flops(products) / total / 1e9}
 
 
-def worker_main(kind: str, preset: str, threads: int) -> None:
+def worker_main(kind: str, preset: str, threads: int, backend: str = "numpy") -> None:
     """A worker: answers one JSON line per command read on stdin. Stray prints go to stderr."""
     out = sys.stdout
     sys.stdout = sys.stderr
@@ -429,12 +507,12 @@ def worker_main(kind: str, preset: str, threads: int) -> None:
         out.flush()
 
     if kind == "peak":
-        reply(peak_gflops(threads))
+        reply(peak_gflops(threads, backend))
         return
     if kind == "floor":
-        reply(matmul_floor(preset, threads))
+        reply(matmul_floor(preset, threads, backend))
         return
-    worker = OursWorker(preset, threads) if kind == "ours" else TorchWorker(preset, threads)
+    worker = OursWorker(preset, threads, backend) if kind == "ours" else TorchWorker(preset, threads)
     reply({"ready": True, **worker.info})
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -457,9 +535,9 @@ def worker_main(kind: str, preset: str, threads: int) -> None:
 class Worker:
     """The parent's handle on a worker subprocess."""
 
-    def __init__(self, kind: str, preset: str, threads: int):
+    def __init__(self, kind: str, preset: str, threads: int, backend: str = "numpy"):
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
-                                      "--worker-preset", preset, "--threads", str(threads)],
+                                      "--worker-preset", preset, "--threads", str(threads), "--backend", backend],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         self.first = self._read()
 
@@ -481,9 +559,9 @@ class Worker:
             self.proc.wait(timeout=60)
 
 
-def measure(kind: str, threads: int, preset: str = "tiny") -> dict:
+def measure(kind: str, threads: int, preset: str = "tiny", backend: str = "numpy") -> dict:
     """A one-shot worker ("peak" or "floor"): it measures in a fresh process, replies once and exits."""
-    w = Worker(kind, preset, threads)
+    w = Worker(kind, preset, threads, backend)
     w.proc.wait(timeout=300)
     return w.first
 
@@ -491,10 +569,10 @@ def measure(kind: str, threads: int, preset: str = "tiny") -> dict:
 # ========================================================================================== the parent
 
 def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, with_torch: bool,
-                 decode_repeats: int) -> dict:
+                 decode_repeats: int, backend: str = "numpy") -> dict:
     shape = SHAPES[preset]
     cfg = model_config(preset)
-    steps = steps or shape["steps"]
+    steps = steps or (shape["steps"] if backend == "numpy" else DEVICE_STEPS)
     src, tgt_in, tgt_out = make_batch(preset)
     B, S, T = src.shape[0], src.shape[1], tgt_out.shape[1]
     Ns, Nt = packed_rows(src, tgt_in)
@@ -506,13 +584,15 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
           f"{cfg['num_heads']} heads, {cfg['num_encoder_layers']}+{cfg['num_decoder_layers']} layers, "
           f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; GFLOP of matmul per step: {flops['torch'] / 1e9:.2f} "
           f"over every position, {flops['ours'] / 1e9:.2f} as ours runs it (padding skipped); "
-          f"{steps} steps per run", flush=True)
+          f"{steps} steps per run" + ("" if backend == "numpy" else f"; backend {backend}"), flush=True)
 
-    impls = {"ours": Worker("ours", preset, threads)}
+    impls = {"ours": Worker("ours", preset, threads, backend)}
     if with_torch:
         impls["torch"] = Worker("torch", preset, threads)
+    first_steps = {}
     for name, w in impls.items():
-        w.ask(cmd="run", steps=2)                              # warm-up: first-touch allocations, thread pools
+        # warm-up: first-touch allocations, thread pools (on a GPU: compiling the kernels, filling the pool)
+        first_steps[name] = w.ask(cmd="run", steps=2)["times"]
     times = {name: [] for name in impls}
     losses = {}
     pairs = []
@@ -539,6 +619,7 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
         med = statistics.median(times[name])
         result[name] = {"median_ms": 1e3 * med, "min_ms": 1e3 * min(times[name]), "tokens_per_s": tokens / med,
                         "gflops": flops[name] / med / 1e9, "loss": losses[name], "memory": w.ask(cmd="memory"),
+                        "warmup_steps_s": first_steps[name],
                         **{k: v for k, v in w.first.items() if k != "ready"}}
     if with_torch:
         result["ratio_median"] = statistics.median(p["ratio"] for p in pairs)
@@ -552,7 +633,7 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
               f"({fastest[0]['torch_ms']:.1f}-{fastest[-1]['torch_ms']:.1f} ms): {result['ratio_torch_fastest']:.3f}",
               flush=True)
     # The step's matrix products alone, in a process of their own while the workers wait (see matmul_floor).
-    floor = result["matmul_floor"] = measure("floor", threads, preset)
+    floor = result["matmul_floor"] = measure("floor", threads, preset, backend)
     line = (f"  matrix products alone, each timed at its shape: {floor['floor_ms']:.1f} ms "
             f"({floor['gflops']:.0f} GFLOP/s), "
             f"{100 * floor['floor_ms'] / result['ours']['median_ms']:.0f}% of our step")
@@ -572,9 +653,26 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
     return result
 
 
-def targets(results: dict, peak: float) -> list:
-    """Issue 6's CPU targets, each as (name, figure, met)."""
+GPU_SPEEDUP_TARGET = 30.0     # issue 6: the base step on a GPU at least 30x faster than on 2 CPU cores
+
+
+def targets(results: dict, peak: float, backend: str = "numpy", cpu_base_ms: float | None = None) -> list:
+    """Issue 6's targets for the backend that ran, each as (name, figure, met): on the CPU the ratios to
+    torch, the fraction of the peak, decoding and memory; on a GPU decoding and, given the CPU's base step
+    time, the speed-up over it."""
     out = []
+    if backend != "numpy":
+        for preset, r in results.items():
+            if "decode" in r:
+                out.append((f"{preset} cached greedy >= 3x naive (64 tokens)", f"{r['decode']['speedup']:.1f}x",
+                            r["decode"]["speedup"] >= 3))
+        if cpu_base_ms and "base" in results:
+            gpu_ms = results["base"]["ours"]["median_ms"]
+            speedup = cpu_base_ms / gpu_ms
+            out.append((f"base step >= {GPU_SPEEDUP_TARGET:.0f}x faster than on 2 CPU cores",
+                        f"{speedup:.1f}x ({cpu_base_ms:.0f} ms there, {gpu_ms:.1f} ms here)",
+                        speedup >= GPU_SPEEDUP_TARGET))
+        return out
     for preset, limit in (("small", 1.0), ("base", 0.8)):
         r = results.get(preset)
         if r and "ratio_median" in r:
@@ -596,12 +694,20 @@ def targets(results: dict, peak: float) -> list:
 
 
 def markdown(report: dict) -> str:
-    peak = report["peak_gflops"]
-    lines = [f"**{report['threads']} thread(s).** Measured {report['date']} on {report['machine']['model']} ({report['machine']['cpus']} CPUs), "
-             f"{report['threads']} threads; NumPy {report['numpy']} with {report['blas_kernel']}"
-             + (f", torch {report['torch']}" if report.get("torch") else "")
-             + f". float32 matmul peak (n=3072 sgemm, same threads): {peak:.0f} GFLOP/s. "
-             f"Load average at the end: {report.get('load_average_end', 'unknown')}.",
+    peak, n = report["peak_gflops"], report["peak_runs"][0]["n"]
+    if report.get("backend", "numpy") == "numpy":
+        heading = (f"**{report['threads']} thread(s).** Measured {report['date']} on {report['machine']['model']} "
+                   f"({report['machine']['cpus']} CPUs), {report['threads']} threads; NumPy {report['numpy']} with "
+                   f"{report['blas_kernel']}" + (f", torch {report['torch']}" if report.get("torch") else "")
+                   + f". float32 matmul peak (n={n} sgemm, same threads): {peak:.0f} GFLOP/s. "
+                   f"Load average at the end: {report.get('load_average_end', 'unknown')}.")
+    else:
+        heading = (f"**{report.get('device') or 'no GPU'}, backend {report['backend']}.** Measured {report['date']} "
+                   f"(host {report['machine']['model']}, {report['machine']['cpus']} CPUs); NumPy {report['numpy']}, "
+                   f"{report['backend']} {report.get('backend_version')}. float32 matmul peak (n={n} on the device): "
+                   f"{peak:.0f} GFLOP/s. Each step ends with a device synchronize; step memory is what the "
+                   "memory pool holds after the steps (the process's peak RSS where there is no pool).")
+    lines = [heading,
              "",
              ("| preset | batch (B, S, T, V; padding src / tgt) | ours ms | torch ms | ours/torch (median of pairs) | ours/torch "
               "(third of pairs where torch ran fastest) | ours GFLOP/s (% peak) | torch GFLOP/s | ours tok/s "
@@ -630,7 +736,8 @@ def markdown(report: dict) -> str:
                    "the real tokens (our stacks skip the padding; torch.nn.Transformer computes it)."),
               "", ("Our step's matrix products alone, each timed at its own shape and layout with the same threads "
                    "(the best a step running them can do): " + "; ".join(floors) + ".")]
-    lines += ["", "| target (issue 6, CPU) | measured | met |", "|---|---|---|"]
+    where = "CPU" if report.get("backend", "numpy") == "numpy" else "GPU"
+    lines += ["", f"| target (issue 6, {where}) | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {fig} | {'yes' if ok else 'no'} |" for name, fig, ok in report["targets"]]
     return "\n".join(lines) + "\n"
 
@@ -652,14 +759,17 @@ def run(presets, threads: int, args, with_torch: bool, blas: list, kernel: str, 
     """Every preset at one thread count: the report that the table and the JSON are made from."""
     import numpy
 
-    print(f"\n#### {threads} thread(s): NumPy {numpy.__version__}, {kernel}; load average {load_average()}", flush=True)
-    peak_start = measure("peak", threads)
+    backend = args.backend
+    print(f"\n#### {threads} thread(s): NumPy {numpy.__version__}, {kernel}; load average {load_average()}"
+          + ("" if backend == "numpy" else f"; backend {backend}"), flush=True)
+    peak_start = measure("peak", threads, backend=backend)
     print(f"float32 matmul peak (n={peak_start['n']}): {peak_start['best_gflops']:.0f} GFLOP/s best, "
           f"{peak_start['median_gflops']:.0f} median", flush=True)
     results = {}
     for preset in presets:
-        results[preset] = bench_preset(preset, threads, args.repeats, args.steps, with_torch, args.decode_repeats)
-    peak_end = measure("peak", threads)
+        results[preset] = bench_preset(preset, threads, args.repeats, args.steps, with_torch, args.decode_repeats,
+                                       backend)
+    peak_end = measure("peak", threads, backend=backend)
     peak = max(peak_start["best_gflops"], peak_end["best_gflops"])
     print(f"float32 matmul peak again: {peak_end['best_gflops']:.0f} GFLOP/s; using the best, {peak:.0f}")
     torch_version = None
@@ -669,7 +779,11 @@ def run(presets, threads: int, args, with_torch: bool, blas: list, kernel: str, 
               "python": platform.python_version(), "numpy": numpy.__version__, "torch": torch_version,
               "blas": blas, "blas_kernel": kernel, "env": env, "threads": threads, "peak_gflops": peak,
               "peak_runs": [peak_start, peak_end], "load_average_end": load_average(), "presets": results}
-    report["targets"] = targets(results, peak)
+    if backend != "numpy":
+        ours = next(iter(results.values()))["ours"]
+        report.update(backend=backend, device=ours.get("device"), backend_version=ours.get(backend),
+                      cpu_base_ms=args.cpu_base_ms)
+    report["targets"] = targets(results, peak, backend, args.cpu_base_ms)
     return report
 
 
@@ -690,6 +804,12 @@ def main(argv=None) -> int:
                         "(default: NumPy's BLAS thread count)")
     p.add_argument("--decode-repeats", type=int, default=2, help="cached/naive decoding pairs (0 skips decoding)")
     p.add_argument("--no-torch", action="store_true", help="skip the torch.nn.Transformer comparison")
+    p.add_argument("--backend", default="numpy", choices=BACKENDS,
+                   help="array backend of our model: numpy (the CPU, default), cupy (a GPU; torch is not run), "
+                        "fakecupy (the tests' CPU stand-in for CuPy: checks the GPU path without a GPU)")
+    p.add_argument("--cpu-base-ms", type=float, default=None,
+                   help="with a GPU backend: the base step's time on 2 CPU cores (the CPU table's 'ours ms'), "
+                        "for issue 6's GPU speed-up target")
     p.add_argument("--json", default=None, help="write the full results as JSON to this file")
     p.add_argument("--markdown", default=None, help="write the table(s) as Markdown to this file")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -697,7 +817,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     if args.worker:
-        worker_main(args.worker, args.worker_preset, int(args.threads))
+        worker_main(args.worker, args.worker_preset, int(args.threads), args.backend)
         return 0
 
     presets = [s.strip() for s in args.presets.split(",") if s.strip()]
@@ -726,6 +846,9 @@ def main(argv=None) -> int:
 
         with_torch = not args.no_torch and importlib.util.find_spec("torch") is not None
     except ValueError:
+        with_torch = False
+    if with_torch and args.backend != "numpy":
+        print(f"backend {args.backend}: torch.nn.Transformer is not run (the comparison with torch is on the CPU)")
         with_torch = False
     env = {k: os.environ.get(k, "<unset>") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
                                                      "OMP_NUM_THREADS")}
