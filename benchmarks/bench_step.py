@@ -63,7 +63,7 @@ OpenBLAS picks its native kernel; the script prints which kernel runs (threadpoo
 
 On a GPU (``benchmarks/gpu.sh`` runs this):
 
-    python benchmarks/bench_step.py --backend cupy [--cpu-base-ms 2230] [--steps 20]
+    python benchmarks/bench_step.py --backend cupy [--cpu-base-ms MS] [--steps 20]
 
 runs our worker on ``mt.set_backend("cupy")``: the same batches (host ids, as a data loader gives them),
 the same FLOP count and the same decoding check. Each timed step ends with a device synchronize (CuPy
@@ -246,7 +246,8 @@ def proc_status(field: str) -> int:
 
 class DevicePoolProbe:
     """Device memory of a step under CuPy: what its memory pool holds after the steps. The pool keeps every
-    block it has allocated for reuse, so that is the most the step had in use at once (plus rounding)."""
+    block it has allocated for reuse, so that is the most the step had in use at once, plus what rounding
+    and fragmentation left unused in the pool's blocks."""
 
     def __init__(self, xp):
         self.pool = xp.get_default_memory_pool()
