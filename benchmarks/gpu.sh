@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.." || exit 2
 PYTHON=${PYTHON:-python3}
 PRESETS=${PRESETS:-tiny,small,base}
 STEPS=${STEPS:-20}
-CPU_BASE_MS=${CPU_BASE_MS:-2524}                 # README speed table: base, ours ms on 2 threads
+CPU_BASE_MS=${CPU_BASE_MS:-2485}                 # README speed table: base, ours ms on 2 threads
 OUT_DIR=${OUT:-benchmarks/gpu-results}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
