@@ -172,6 +172,48 @@ def test_training_step_matches_numpy(device, float64):
         assert len(host_sizes) <= 2 * 2, host_sizes           # two steps
 
 
+@pytest.mark.parametrize("name", ["numpy", "fakecupy", "cupy"])
+def test_a_float32_step_computes_in_float32(name, request):
+    """Training runs in float32 (the default dtype): every array a layer's forward or backward returns, the
+    logits and their gradient, and every weight, gradient and Adam moment after a step with dropout are
+    float32. A scalar or mask promoted to float64 somewhere would double the step's memory traffic without an
+    error; in-place adds into the float32 gradients would hide it, so each layer's outputs are checked. On a
+    GPU this checks CuPy's own type promotion, which the fake (NumPy underneath) cannot."""
+    if name == "cupy":
+        request.getfixturevalue("cupy_gpu")
+    use(name)
+    mt.set_default_dtype("float32")
+    model = build(dropout=0.1)
+    seen = []                                                 # (module, "forward"/"backward", dtype)
+
+    def recording(module, kind, method):
+        def wrapper(*args, **kwargs):
+            out = method(*args, **kwargs)
+            for array in out if isinstance(out, tuple) else (out,):
+                if hasattr(array, "dtype") and array.dtype.kind == "f":
+                    seen.append((type(module).__name__, kind, array.dtype))
+            return out
+        return wrapper
+
+    for _, module in model.named_modules():                  # instance attributes shadow the class's methods
+        module.forward = recording(module, "forward", module.forward)
+        module.backward = recording(module, "backward", module.backward)
+    loss_fn = mt.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
+    opt = mt.optim.Adam(model.parameters())
+    src, tgt_in, tgt_out = batch()
+    logits = model(src, tgt_in)
+    loss_fn(logits, tgt_out)
+    dlogits = loss_fn.backward()
+    model.backward(dlogits)
+    opt.step()
+    assert logits.dtype == dlogits.dtype == np.float32
+    assert {kind for _, kind, _ in seen} == {"forward", "backward"} and len(seen) > 50
+    assert [entry for entry in seen if entry[2] != np.float32] == []
+    arrays = {f"{what} {n}": a for n, p in model.named_parameters() for what, a in (("weight", p.data), ("grad", p.grad))}
+    arrays.update({f"adam {k} {i}": a for k, state in opt.state.items() for i, a in enumerate(state)})
+    assert {k: a.dtype for k, a in arrays.items() if a.dtype != np.float32} == {}
+
+
 def test_dropout_draws_on_the_device(device):
     use(device)
     src, tgt_in, tgt_out = batch()
