@@ -292,6 +292,59 @@ def test_non_parameter_is_a_type_error():
 
 # ------------------------------------------------------------------------------------------ CuPy
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+@pytest.mark.parametrize("device", ["fakecupy", "cupy"])
+def test_adam_on_a_device_equals_numpy(device, weight_decay, request):
+    """On a GPU, Adam keeps m and v of all parameters of a dtype in one flat array and steps them all at once
+    (one launch per formula instead of one per parameter). Same numbers as NumPy's per-parameter update:
+    exactly on the fake (NumPy underneath), to rounding on CuPy; parameters of two dtypes; weight decay
+    leaves p.grad as it was; the state saved mid-run and loaded into a fresh optimiser continues the same."""
+    import fakecupy
+
+    xp = request.getfixturevalue("cupy_gpu") if device == "cupy" else fakecupy
+    tol = {"rtol": 0, "atol": 0} if device == "fakecupy" else {"rtol": 1e-12, "atol": 1e-14}
+    shapes = SHAPES + [(4, 1)]
+
+    def build(on_device):
+        params = make_params(seed=3, shapes=shapes)
+        params[1] = mt.Parameter(params[1].data.astype(np.float32))      # a second dtype: its own flat arrays
+        if on_device:
+            mt.set_backend(xp)
+            params = [mt.Parameter(xp.asarray(p.data)) for p in params]
+        return params, optim.Adam(params, lr=1e-2, weight_decay=weight_decay)
+
+    def run(params, opt, steps, seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(steps):
+            for p, g in zip(params, random_grads(rng, shapes=shapes)):
+                p.grad[...] = mt.backend.asarray(g.astype(p.data.dtype))
+            grads = [mt.to_numpy(p.grad).copy() for p in params]
+            opt.step()
+            for p, g in zip(params, grads):                                # p.grad untouched by the update
+                np.testing.assert_array_equal(mt.to_numpy(p.grad), g)
+
+    ref_params, ref_opt = build(on_device=False)
+    run(ref_params, ref_opt, 3, seed=7)
+    params, opt = build(on_device=True)
+    run(params, opt, 2, seed=7)
+    saved = opt.state_dict()
+    params2, opt2 = build(on_device=True)
+    for p2, p in zip(params2, params):
+        p2.data[...] = p.data
+    opt2.load_state_dict(saved)                                            # into the flat arrays' views
+    rng_state = np.random.default_rng(7)
+    for _ in range(2):
+        random_grads(rng_state, shapes=shapes)                             # the draws the first two steps used
+    for p, g in zip(params2, random_grads(rng_state, shapes=shapes)):
+        p.grad[...] = mt.backend.asarray(g.astype(p.data.dtype))
+    opt2.step()
+    for p, q in zip(ref_params, params2):
+        assert q.data.dtype == p.data.dtype
+        np.testing.assert_allclose(mt.to_numpy(q.data), p.data, **tol)
+    for key, value in ref_opt.state_dict().items():
+        np.testing.assert_allclose(opt2.state_dict()[key], value, **tol)
+
+
 def test_cupy_adam_and_clip_match_numpy(cupy_gpu):
     cupy = cupy_gpu
     grads = random_grads(np.random.default_rng(6))
