@@ -225,8 +225,8 @@ class Adam(Optimizer):
         # the array's size: more than the arithmetic of most parameters (biases, LayerNorm's gamma and beta).
         # So m and v of all the parameters of one dtype are ONE flat array each (self.state holds per-parameter
         # views of them), the gradients are gathered into one flat buffer, and the formulas run once over the
-        # flat arrays: about 14 launches plus one subtraction per parameter, instead of 13 per parameter
-        # (the base model has 254 parameters).
+        # flat arrays: 13 launches (16 with weight decay) plus one subtraction per parameter, instead of 13
+        # per parameter (the base model has 254 parameters: 267 launches a step instead of 3302).
         self._on_cpu = backend.get_backend() == "numpy"
         if self._on_cpu:
             self._allocate_state()
