@@ -73,6 +73,7 @@ stage "CuPy against NumPy"
 # These start on NumPy (their reference) and switch to CuPy themselves: no MINITRANSFORMER_BACKEND here.
 timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_boundary.py \
     tests/test_loss.py::test_cupy_matches_numpy tests/test_optim.py::test_cupy_adam_and_clip_match_numpy \
+    tests/test_optim.py::test_adam_on_a_device_equals_numpy \
     || { echo "FAILED: CuPy against NumPy"; status=1; }
 
 stage "training step on CuPy"
