@@ -313,10 +313,12 @@ def test_adam_on_a_device_equals_numpy(device, weight_decay, request):
             params = [mt.Parameter(xp.asarray(p.data)) for p in params]
         return params, optim.Adam(params, lr=1e-2, weight_decay=weight_decay)
 
-    def run(params, opt, steps, seed):
-        rng = np.random.default_rng(seed)
-        for _ in range(steps):
-            for p, g in zip(params, random_grads(rng, shapes=shapes)):
+    rng = np.random.default_rng(7)
+    draws = [random_grads(rng, shapes=shapes) for _ in range(3)]        # the gradients of three steps
+
+    def run(params, opt, grad_sets):
+        for grad_set in grad_sets:
+            for p, g in zip(params, grad_set):
                 p.grad[...] = mt.backend.asarray(g.astype(p.data.dtype))
             grads = [mt.to_numpy(p.grad).copy() for p in params]
             opt.step()
@@ -324,20 +326,15 @@ def test_adam_on_a_device_equals_numpy(device, weight_decay, request):
                 np.testing.assert_array_equal(mt.to_numpy(p.grad), g)
 
     ref_params, ref_opt = build(on_device=False)
-    run(ref_params, ref_opt, 3, seed=7)
+    run(ref_params, ref_opt, draws)                                        # three steps on NumPy
     params, opt = build(on_device=True)
-    run(params, opt, 2, seed=7)
+    run(params, opt, draws[:2])                                            # two on the device, then saved
     saved = opt.state_dict()
     params2, opt2 = build(on_device=True)
     for p2, p in zip(params2, params):
         p2.data[...] = p.data
     opt2.load_state_dict(saved)                                            # into the flat arrays' views
-    rng_state = np.random.default_rng(7)
-    for _ in range(2):
-        random_grads(rng_state, shapes=shapes)                             # the draws the first two steps used
-    for p, g in zip(params2, random_grads(rng_state, shapes=shapes)):
-        p.grad[...] = mt.backend.asarray(g.astype(p.data.dtype))
-    opt2.step()
+    run(params2, opt2, draws[2:])                                          # the third step, after loading
     for p, q in zip(ref_params, params2):
         assert q.data.dtype == p.data.dtype
         np.testing.assert_allclose(mt.to_numpy(q.data), p.data, **tol)
