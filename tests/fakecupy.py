@@ -28,7 +28,8 @@ CuPy semantics it mirrors:
 
 ``transfers`` records the copies each way (``transfers.host_sizes``, ``transfers.to_device``), so a test
 can check that a training step pulls only scalars to the host. Only the subset of CuPy's namespace the
-package uses is here: a missing name raises AttributeError, and belongs here if CuPy has it.
+package uses is here: a missing name raises AttributeError, and belongs here if CuPy has it (where CuPy is
+installed, test_device_boundary.py checks every name here, and the Generator's parameters, against it).
 
 Run the whole gradient-check suite on it:  MINITRANSFORMER_TEST_BACKEND=fakecupy python -m pytest
 tests/test_layers_gradcheck.py  (conftest.py switches the session's backend).

@@ -12,6 +12,9 @@ in float64 with a tight tolerance (a GPU sums in another order; dropout is off w
 since the two backends draw different dropout masks for one seed).
 """
 
+import inspect
+import types
+
 import fakecupy
 import numpy as np
 import pytest
@@ -143,6 +146,87 @@ def test_the_fake_has_cupys_smaller_api():
     draws = rng.random((2, 3), dtype=np.float32)
     assert isinstance(draws, fakecupy.ndarray) and draws.dtype == np.float32
     assert not hasattr(fakecupy.add, "at")                    # scatter-add is fakecupy.scatter_add, as cupyx's
+
+
+def test_the_fake_offers_nothing_cupy_lacks():
+    """Everything the package can call on the fake exists in real CuPy, by the same name and with the same
+    parameter names: else a step that passes on the fake would fail on a GPU with an AttributeError or an
+    unexpected keyword. Needs CuPy importable, not a GPU (CuPy imports without a CUDA driver)."""
+    cupy = pytest.importorskip("cupy")
+    import cupyx
+
+    own = {"transfers", "Generator", "annotations"}             # the fake's bookkeeping; cupy.random.Generator below
+    missing = [name for name, value in vars(fakecupy).items()
+               if not name.startswith("_") and name not in own and not isinstance(value, types.ModuleType)
+               and not hasattr(cupyx if name == "scatter_add" else cupy, name)]
+    missing += [f"ndarray.{name}" for name in dir(fakecupy.ndarray)
+                if not name.startswith("_") and not hasattr(cupy.ndarray, name)]
+    assert missing == [], f"the fake has names real CuPy {cupy.__version__} lacks: {missing}"
+
+    fake, real = fakecupy.random.Generator, cupy.random.Generator
+    for name in (n for n in vars(fake) if not n.startswith("_")):
+        assert hasattr(real, name), f"cupy.random.Generator has no {name}"
+        fake_params = list(inspect.signature(getattr(fake, name)).parameters)
+        real_params = list(inspect.signature(getattr(real, name)).parameters)
+        assert fake_params == real_params, f"Generator.{name}: fake {fake_params}, CuPy {real_params}"
+
+
+def cupy_parameter_names(cupy, owner, name):
+    """The parameter names of CuPy's function or method ``name`` (owner: "cupy", "cupy.ndarray" or
+    "cupy.random.Generator"). ndarray's methods are compiled and have no signature to inspect: their
+    docstring's first line is the signature, "_ndarray_base.sum(self, axis=None, dtype=None, ...)"."""
+    import cupyx
+
+    obj = {"cupy": cupyx if name == "scatter_add" else cupy, "cupy.ndarray": cupy.ndarray,
+           "cupy.random.Generator": cupy.random.Generator}[owner]
+    f = getattr(obj, name)
+    if isinstance(f, cupy.ufunc):
+        return {"out", "dtype", "casting"}
+    try:
+        return set(inspect.signature(f).parameters)
+    except (TypeError, ValueError):
+        inside = f.__doc__.splitlines()[0].partition("(")[2].rpartition(")")[0]   # "self, axis=None, ..."
+        return {part.split("=")[0].strip().lstrip("*").split()[-1] for part in inside.split(",")}
+
+
+def test_the_package_calls_cupy_only_with_keywords_cupy_takes(monkeypatch, tmp_path):
+    """The fake passes keywords through to NumPy, which takes more than CuPy does (``sum(where=)``,
+    ``zeros(like=)``, ...): a keyword only NumPy knows would pass every fake test and fail on a GPU. So a
+    Trainer run with checkpoints and resume, dropout, decoding and gradcheck run on the fake while every
+    keyword the package passes to a fake function, array method or generator is recorded; CuPy must take each."""
+    cupy = pytest.importorskip("cupy")
+    keywords = set()                                          # (owner, name, keyword)
+
+    def record(owner, label):
+        for name, f in list(vars(owner).items()):
+            if name.startswith("_") or isinstance(f, type) or not isinstance(f, types.FunctionType):
+                continue
+
+            def recording(*args, _f=f, _name=name, **kwargs):
+                keywords.update((label, _name, k) for k in kwargs)
+                return _f(*args, **kwargs)
+            monkeypatch.setattr(owner, name, recording)
+
+    record(fakecupy, "cupy")
+    record(fakecupy.ndarray, "cupy.ndarray")
+    record(fakecupy.Generator, "cupy.random.Generator")
+    use("fakecupy")
+    make_trainer(tmp_path, max_steps=6).fit()                 # steps, clipping, Adam, evaluation, greedy, saving
+    trainer = make_trainer(tmp_path, max_steps=8)
+    trainer.resume(tmp_path)                                  # checkpoints back onto the device
+    trainer.fit()
+    src, tgt_in, tgt_out = batch()
+    model = build(dropout=0.3)                                # dropout's masks
+    loss_fn = mt.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
+    loss_fn(model(src, tgt_in), tgt_out)
+    model.backward(loss_fn.backward())
+    mt.decoding.beam_search(trainer.model, src[:, :5] % TASK.vocab_size, beam_size=2, max_len=6)
+    mt.set_default_dtype("float64")                           # gradcheck's finite differences (conftest restores)
+    mt.gradcheck.check(mt.layers.Embedding(7, 4), np.array([[1, 1, 2, 6]]), max_entries=4).assert_ok(1e-6)
+
+    assert len(keywords) > 5, "nothing recorded: the recording wrappers were not called"
+    refused = sorted(k for k in keywords if k[2] not in cupy_parameter_names(cupy, *k[:2]))
+    assert refused == [], f"keywords CuPy {cupy.__version__} does not take: {refused}"
 
 
 def test_backend_scatter_add_takes_the_cupy_path():
