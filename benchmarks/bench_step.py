@@ -822,6 +822,15 @@ def main(argv=None) -> int:
         p.error(f"--presets: unknown preset(s) {unknown}; choose from {sorted(SHAPES)}")
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.backend == "cupy":                                # before any worker starts: CuPy and a GPU are there
+        sys.path.insert(0, ROOT)
+        import minitransformer as mt
+
+        try:
+            mt.set_backend("cupy")
+        except (ImportError, RuntimeError) as err:
+            p.error(f"--backend cupy: {err}")
+        mt.set_backend("numpy")
     import numpy  # noqa: F401  (loads NumPy's BLAS, so that threadpoolctl can see it)
 
     blas = blas_info()

@@ -54,13 +54,26 @@ _state = _State()
 # ----------------------------------------------------------------------------- namespace
 
 def _import_cupy():
+    """CuPy, once it is known to reach a GPU. CuPy imports without one (no driver, or too old a driver for
+    its CUDA build), and would then fail at the first array with an error from deep inside CUDA."""
     try:
         import cupy  # imported only on request
-    except ImportError as err:  # pragma: no cover - depends on the machine
+    except ImportError as err:
         raise ImportError(
             "set_backend('cupy') needs CuPy, which is not installed. Install the build that matches "
             "your CUDA toolkit, for CUDA 12: pip install 'minitransformer[gpu]' (that is cupy-cuda12x)."
         ) from err
+    try:
+        devices = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError as err:
+        raise RuntimeError(
+            f"set_backend('cupy'): CuPy {cupy.__version__} is installed but cannot use a GPU: {err}. It needs an "
+            "NVIDIA GPU and a driver recent enough for the CUDA version of its build (cupy-cuda12x: CUDA 12). "
+            "Stay on set_backend('numpy') on this machine."
+        ) from err
+    if devices < 1:
+        raise RuntimeError(f"set_backend('cupy'): CuPy {cupy.__version__} is installed but sees no GPU "
+                           "(getDeviceCount() is 0). Stay on set_backend('numpy') on this machine.")
     return cupy
 
 

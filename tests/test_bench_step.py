@@ -64,3 +64,14 @@ def test_the_gpu_speedup_target_compares_with_the_cpu_step(gpu_ms, met):
     assert targets == [("base step >= 30x faster than on 2 CPU cores",
                         f"{4000 / gpu_ms:.1f}x (4000 ms there, {gpu_ms:.1f} ms here)", met)]
     assert bench_step.targets(results, peak=1e5, backend="cupy") == []   # no CPU figure: no verdict
+
+
+def test_backend_cupy_without_cupy_stops_before_any_worker(monkeypatch, capsys):
+    """`--backend cupy` where CuPy cannot run says why at once (an argument error naming the option), rather
+    than a worker dying on a CUDA error after the CPU part of the run."""
+    monkeypatch.setitem(sys.modules, "cupy", None)                # import cupy raises ImportError
+    monkeypatch.setattr(bench_step, "run", lambda *args: pytest.fail("workers started"))
+    with pytest.raises(SystemExit) as stop:
+        bench_step.main(["--backend", "cupy", "--presets", "tiny"])
+    assert stop.value.code == 2
+    assert "--backend cupy: set_backend('cupy') needs CuPy, which is not installed" in capsys.readouterr().err

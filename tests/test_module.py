@@ -2,7 +2,9 @@
 
 import os
 import signal
+import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -144,14 +146,51 @@ def test_random_uint16_is_uniform_and_its_neighbours_independent():
         assert abs(np.mean(x[:-lag] * x[lag:])) < 5 / np.sqrt(n)         # correlation of neighbours ~ 0
 
 
-def test_backend_switch_errors():
+def test_backend_switch_errors(monkeypatch):
     with pytest.raises(ValueError, match=r"set_backend: name must be one of \('numpy', 'cupy'\), got 'jax'"):
         mt.set_backend("jax")
+    monkeypatch.setitem(sys.modules, "cupy", None)                # import cupy now raises ImportError
+    with pytest.raises(ImportError, match="pip install 'minitransformer\\[gpu\\]'"):
+        mt.set_backend("cupy")
+    assert mt.get_backend() == "numpy"
+
+
+class _CUDARuntimeError(RuntimeError):
+    pass
+
+
+def _cupy_without_gpu(get_device_count):
+    """A module shaped like CuPy where it is installed but reaches no GPU."""
+    runtime = types.SimpleNamespace(CUDARuntimeError=_CUDARuntimeError, getDeviceCount=get_device_count)
+    return types.SimpleNamespace(__version__="14.2.0", cuda=types.SimpleNamespace(runtime=runtime))
+
+
+def _no_driver():
+    raise _CUDARuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient")
+
+
+@pytest.mark.parametrize("get_device_count, says", [
+    (_no_driver, "cannot use a GPU: cudaErrorInsufficientDriver"),
+    (lambda: 0, r"sees no GPU \(getDeviceCount\(\) is 0\)"),
+])
+def test_cupy_without_a_gpu_is_a_clear_error(monkeypatch, get_device_count, says):
+    """CuPy imports on a machine without a usable GPU; the switch says so, rather than the first array
+    failing deep inside CUDA, and the backend stays NumPy."""
+    monkeypatch.setitem(sys.modules, "cupy", _cupy_without_gpu(get_device_count))
+    with pytest.raises(RuntimeError, match=r"set_backend\('cupy'\): CuPy 14.2.0 is installed but " + says):
+        mt.set_backend("cupy")
+    assert mt.get_backend() == "numpy" and mt.backend.xp() is np
+
+
+def test_real_cupy_without_a_gpu_is_a_clear_error():
+    cupy = pytest.importorskip("cupy")
     try:
-        import cupy  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="pip install 'minitransformer\\[gpu\\]'"):
-            mt.set_backend("cupy")
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("this machine has a GPU")
+    except cupy.cuda.runtime.CUDARuntimeError:
+        pass
+    with pytest.raises(RuntimeError, match=r"set_backend\('cupy'\): CuPy .* is installed but "):
+        mt.set_backend("cupy")
     assert mt.get_backend() == "numpy"
 
 
