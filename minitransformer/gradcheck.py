@@ -116,9 +116,11 @@ def _as_tuple(x):
 
 
 def _reset_guards(module) -> None:
-    """Let the module run forward again without a backward (the check needs many forwards)."""
+    """Let the module run forward again without a backward (the check needs many forwards); at the end,
+    leave no forward waiting for a backward, as after one forward and its backward."""
     for m in module.modules():
         object.__setattr__(m, "_awaiting_backward", False)
+        object.__setattr__(m, "_forward_shape", None)
 
 
 def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, seed: int = 0,

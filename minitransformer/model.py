@@ -460,20 +460,22 @@ class Transformer(Module):
         src_mask = self.src_mask(src)                          # (B,1,1,S)
         memory = self._encode(src, src_mask, src_rows)         # (Ns,D) rows of the real source tokens
         logits = self._decode(tgt_in, memory, src_mask, (tgt_rows, src_rows))  # (B,T,V)
-        self._logits_shape = logits.shape
         self._packing = (tgt_rows, src_rows)
         return logits
 
     def encode(self, src):
         """memory = Encoder(Dropout(Embed(src)·√D + PE)).     Shapes: src (B,S) int -> (B,S,D)
-        Zero rows at padded positions (the encoder skips them; every attention masks them)."""
+        Zero rows at padded positions (the encoder skips them; every attention masks them).
+        Inference only (it has no backward): call ``model.eval()`` first."""
         c = self.config
         src, src_rows = self._packed(as_token_ids("Transformer.encode", "src", src, c.src_vocab_size, c.max_len))
+        self._check_inference("encode")
         return src_rows.unpack(self._encode(src, self.src_mask(src), src_rows))   # (B,S,D)
 
     def decode(self, tgt_in, memory, src_mask=None):
         """logits for every target position, given the encoder memory.
-                            Shapes: tgt_in (B,T) int, memory (B,S,D), src_mask (B,1,1,S) bool -> (B,T,V)"""
+                            Shapes: tgt_in (B,T) int, memory (B,S,D), src_mask (B,1,1,S) bool -> (B,T,V)
+        Inference only (it has no backward): call ``model.eval()`` first."""
         c = self.config
         tgt_in, tgt_rows = self._packed(as_token_ids("Transformer.decode", "tgt_in", tgt_in, c.tgt_vocab_size,
                                                      c.max_len))
@@ -483,7 +485,14 @@ class Transformer(Module):
         if memory.ndim != 3 or memory.shape[0] != tgt_in.shape[0] or memory.shape[2] != c.d_model:
             raise ValueError(f"Transformer.decode: memory must have shape (B={tgt_in.shape[0]}, S, "
                              f"d_model={c.d_model}), got {tuple(memory.shape)}")
+        self._check_inference("decode")
         return self._decode(tgt_in, memory, src_mask, (tgt_rows, None))  # memory as given, (B,S,D)
+
+    def _check_inference(self, method):
+        # In training mode every layer would cache its activations for a backward that never comes, and the
+        # next training step would stop at "forward was called twice"; dropout would make the result random.
+        if self.training:
+            raise RuntimeError(f"Transformer.{method} is for inference: call model.eval() first")
 
     def _packed(self, ids):
         """Checked ids -> (ids on the active backend, their Packing). The Packing is built before the ids
@@ -502,17 +511,10 @@ class Transformer(Module):
 
     # -- backward -----------------------------------------------------------------------------------
     def backward(self, dlogits):                               # dlogits (B,T,V) -> None
-        shape = getattr(self, "_logits_shape", None)
-        if shape is None:
-            raise RuntimeError("Transformer.backward: call forward (model(src, tgt_in)) first; "
-                               "each forward allows one backward")
-        if not hasattr(dlogits, "shape") or not hasattr(dlogits, "dtype") or dlogits.dtype.kind != "f":
-            raise TypeError(f"Transformer.backward: dlogits must be a float array of the logits' shape "
-                            f"{tuple(shape)}, got {getattr(dlogits, 'dtype', type(dlogits).__name__)}")
-        if tuple(dlogits.shape) != tuple(shape):
-            raise ValueError(f"Transformer.backward: dlogits must have the logits' shape {tuple(shape)}, "
-                             f"got {tuple(dlogits.shape)}")
-        self._logits_shape = None
+        # Module checked that a forward came first and that dlogits has the logits' shape.
+        if not hasattr(dlogits, "dtype") or dlogits.dtype.kind != "f":
+            raise TypeError(f"Transformer.backward: dlogits must be a float array of the logits' shape, "
+                            f"got {getattr(dlogits, 'dtype', type(dlogits).__name__)}")
         (tgt_rows, src_rows), self._packing = self._packing, None
         dy = tgt_rows.pack(self.projection.backward(dlogits))  # (Nt,D): the padded rows' gradient goes nowhere
         dy, dmemory = self.decoder.backward(dy)                # (Nt,D), (Ns,D) summed over decoder layers
@@ -529,8 +531,7 @@ class Transformer(Module):
         values of the ``cache.length`` earlier positions; this call appends one position to it.
         Inference only: call ``model.eval()`` first.
         """
-        if self.training:
-            raise RuntimeError("Transformer.decode_step is for inference: call model.eval() first")
+        self._check_inference("decode_step")
         y = self.tgt_pos(self.tgt_embed(last_ids), offset=cache.length)  # (B,1,D), dropout is off in eval
         y = self.decoder.step(y, cache)                        # (B,1,D)
         cache.length += 1

@@ -12,6 +12,7 @@ output read by every decoder layer) receives one gradient from each use, and the
 from __future__ import annotations
 
 import functools
+import inspect
 from collections import OrderedDict
 
 import numpy
@@ -49,13 +50,18 @@ class Module:
     second forward before that backward would overwrite them. Calling the module (``module(x)``) in
     training mode twice without a backward in between raises instead of silently computing wrong gradients.
     In eval mode a module can run any number of forwards (inference).
+
+    Each forward allows one backward, and ``dout`` must have the shape of that forward's output: a
+    backward with no forward before it, a second backward for one forward (layers free or reuse their
+    cache in backward), or a ``dout`` of another shape raise rather than return a wrong gradient.
     """
 
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
-        object.__setattr__(self, "_awaiting_backward", False)
+        object.__setattr__(self, "_awaiting_backward", False)    # training forward done, its backward not yet
+        object.__setattr__(self, "_forward_shape", None)          # forward's output shape until its backward ran
 
     # -- registration ------------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -79,20 +85,37 @@ class Module:
             )
         out = self.forward(*inputs, **kwargs)
         object.__setattr__(self, "_awaiting_backward", self.training)
+        object.__setattr__(self, "_forward_shape", tuple(out.shape) if hasattr(out, "shape") else ())  # () : several outputs
         return out
 
     def __init_subclass__(cls, **kwargs):
-        # Every subclass's backward marks the forward's cache as consumed, so the next forward may run.
+        # Every subclass's backward first checks that there is a forward to go back through and that dout
+        # fits it; once it has run, the forward's cache is consumed and the next forward may run. (Marked
+        # after it ran: a backward that refused its input leaves the forward waiting, and a subclass's
+        # backward may call super().backward.)
         super().__init_subclass__(**kwargs)
         if "backward" in cls.__dict__:
             user_backward = cls.__dict__["backward"]
+            dout_name = ([*inspect.signature(user_backward).parameters, "dout"])[1]   # "dout", "dlogits", ...
 
             @functools.wraps(user_backward)
             def backward(self, *args, **kw):
+                self._check_backward(dout_name, args[0] if args else None)
+                grads = user_backward(self, *args, **kw)
                 object.__setattr__(self, "_awaiting_backward", False)
-                return user_backward(self, *args, **kw)
+                object.__setattr__(self, "_forward_shape", None)
+                return grads
 
             cls.backward = backward
+
+    def _check_backward(self, dout_name, dout):
+        name = type(self).__name__
+        if self._forward_shape is None:
+            raise RuntimeError(f"{name}.backward: there is no forward to go back through. Call the module "
+                               f"first (module(x)); each forward allows one backward.")
+        if self._forward_shape and hasattr(dout, "shape") and tuple(dout.shape) != self._forward_shape:
+            raise ValueError(f"{name}.backward: {dout_name} must have the shape of the forward's output "
+                             f"{self._forward_shape}, got {tuple(dout.shape)}")
 
     def forward(self, *inputs):
         raise NotImplementedError(f"{type(self).__name__} must define forward")

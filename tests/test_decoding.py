@@ -200,8 +200,8 @@ def test_mode_is_restored(model, rng):
 
 
 def test_decode_step_needs_eval_mode(model, rng):
+    cache = decoding.KVCache(model.eval(), model.encode(sources(rng)), model.src_mask(sources(rng)))
     model.train()
-    cache = decoding.KVCache(model, model.encode(sources(rng)), model.src_mask(sources(rng)))
     with pytest.raises(RuntimeError, match="model.eval"):
         model.decode_step(np.full((6, 1), BOS), cache)
 

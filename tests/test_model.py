@@ -115,6 +115,18 @@ def test_whole_model_gradcheck(float64, rng):
     check_all(model, *batch(), max_entries=MAX_ENTRIES)
 
 
+@pytest.mark.parametrize("padded", ["src", "tgt_in"])
+def test_whole_model_gradcheck_with_a_batch_of_padding_only(float64, rng, padded):
+    """A batch whose source (or target) is all padding: the stacks get 0 real rows. Its backward used to
+    fail reshaping a (0, ...) gradient; the gradients must match finite differences (the encoder's are zero
+    when there is no source: cross-attention masks every key)."""
+    model = Transformer(tiny_config())
+    randomize(model, rng)
+    src, tgt_in = batch()
+    inputs = (np.zeros_like(src), tgt_in) if padded == "src" else (src, np.zeros_like(tgt_in))
+    check_all(model, *inputs, max_entries=MAX_ENTRIES)
+
+
 def test_whole_model_gradcheck_with_dropout_in_training_mode(float64, rng):
     """gradcheck draws the same dropout masks at every forward (it restores the seeded generator)."""
     model = Transformer(tiny_config(dropout=0.3))
@@ -327,11 +339,32 @@ def test_bad_inputs_name_the_argument(src, tgt_in, error, message):
 
 def test_backward_errors():
     model = Transformer(tiny_config())
-    with pytest.raises(RuntimeError, match="call forward"):
+    with pytest.raises(RuntimeError, match=r"Transformer.backward: there is no forward to go back through"):
         model.backward(np.zeros((2, 4, 11), dtype=np.float32))
     model(*batch())
-    with pytest.raises(ValueError, match=r"dlogits must have the logits' shape \(2, 4, 11\), got \(2, 4, 10\)"):
+    with pytest.raises(ValueError, match=r"Transformer.backward: dlogits must have the shape of the forward's "
+                                         r"output \(2, 4, 11\), got \(2, 4, 10\)"):
         model.backward(np.zeros((2, 4, 10), dtype=np.float32))
+    with pytest.raises(TypeError, match="dlogits must be a float array"):
+        model.backward(np.zeros((2, 4, 11), dtype=np.int64))
+    model.backward(np.zeros((2, 4, 11), dtype=np.float32))
+    with pytest.raises(RuntimeError, match="each forward allows one backward"):   # a second one
+        model.backward(np.zeros((2, 4, 11), dtype=np.float32))
+
+
+def test_inference_methods_refuse_training_mode():
+    """encode and decode (as decode_step, test_decoding.py) have no backward: in training mode they would
+    leave every layer waiting for one, and the next training step would fail naming a layer the user never
+    called."""
+    model = Transformer(tiny_config())                          # training mode, as built
+    src, tgt_in = batch()
+    memory = model.eval().encode(src)
+    model.train()
+    for method, call in [("encode", lambda: model.encode(src)),
+                         ("decode", lambda: model.decode(tgt_in, memory, model.src_mask(src)))]:
+        with pytest.raises(RuntimeError, match=rf"Transformer.{method} is for inference: call model.eval\(\) first"):
+            call()
+    model.backward(np.ones_like(model(src, tgt_in)))            # a training step still runs
 
 
 def test_decode_checks_memory_shape():

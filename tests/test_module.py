@@ -72,6 +72,49 @@ def test_second_forward_without_backward_raises_in_training_only(rng):
     mha(x, x, x)                                           # inference: any number of forwards
 
 
+# Each layer, built and called as (module, inputs); its output is one array.
+LAYERS = {
+    "Linear": lambda rng: (L.Linear(4, 3), (rng.standard_normal((2, 5, 4)),)),
+    "Embedding": lambda rng: (L.Embedding(9, 4), (np.array([[1, 2, 3], [4, 0, 0]]),)),
+    "PositionalEncoding": lambda rng: (L.PositionalEncoding(4, max_len=8), (rng.standard_normal((2, 5, 4)),)),
+    "LearnedPositionalEmbedding": lambda rng: (L.LearnedPositionalEmbedding(8, 4), (rng.standard_normal((2, 5, 4)),)),
+    "ReLU": lambda rng: (L.ReLU(), (rng.standard_normal((2, 5, 4)),)),
+    "Softmax": lambda rng: (L.Softmax(), (rng.standard_normal((2, 3, 4)),)),
+    "Mask": lambda rng: (L.Mask(), (rng.standard_normal((1, 2, 3, 3)), np.tril(np.ones((3, 3), dtype=bool)))),
+    "Dropout": lambda rng: (L.Dropout(0.5), (rng.standard_normal((2, 5, 4)),)),
+    "LayerNorm": lambda rng: (L.LayerNorm(4), (rng.standard_normal((2, 5, 4)),)),
+    "PositionwiseFeedForward": lambda rng: (L.PositionwiseFeedForward(4, 6, dropout=0.5), (rng.standard_normal((2, 5, 4)),)),
+    "ScaledDotProductAttention": lambda rng: (L.ScaledDotProductAttention(),
+                                              tuple(rng.standard_normal((1, 2, 3, 4)) for _ in range(3))),
+    "MultiHeadAttention": lambda rng: (L.MultiHeadAttention(4, 2), (rng.standard_normal((2, 3, 4)),) * 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_each_forward_allows_one_backward_of_its_shape(name, rng, float64):
+    """A backward with no forward, a second backward for one forward and a dout of another shape are errors,
+    never a gradient: Mask's second backward used to return zeros, Dropout's the unscaled dout, Softmax's
+    broadcast a (3,4) dout over a (2,3,4) output, and the others failed with bare NumPy or attribute errors."""
+    module, inputs = LAYERS[name](rng)
+    with pytest.raises(RuntimeError, match=rf"{name}.backward: there is no forward to go back through"):
+        module.backward(np.ones((2, 3)))
+    out = module(*inputs)
+    for wrong in ((*out.shape[:-1], out.shape[-1] + 1), out.shape[1:]):
+        with pytest.raises(ValueError, match=rf"{name}.backward: dout must have the shape of the forward's "
+                                             rf"output \({out.shape[0]}, .*got \({wrong[0]}, "):
+            module.backward(np.ones(wrong))
+    module.backward(np.ones(out.shape))                        # a refused backward left the forward waiting
+    grads = {n: p.grad.copy() for n, p in module.named_parameters()}
+    with pytest.raises(RuntimeError, match="each forward allows one backward"):
+        module.backward(np.ones(out.shape))
+    for n, p in module.named_parameters():                     # and the refused one added nothing
+        np.testing.assert_array_equal(p.grad, grads[n], err_msg=n)
+    module.eval()
+    module(*inputs)
+    module(*inputs)                                            # eval: forwards without backward; the last one
+    module.backward(np.ones(out.shape))                        # may still be gone back through, once
+
+
 def test_train_eval_recurse():
     ffn = L.PositionwiseFeedForward(4, 6, dropout=0.5)
     ffn.eval()
