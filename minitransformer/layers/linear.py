@@ -95,7 +95,7 @@ def stacked_linear_backward(x, linears, dout):
     the input was one x, is the caller's).
     """
     x2d = x.reshape(-1, x.shape[-1])                                        # (N, in)
-    dout2d = dout.reshape(x2d.shape[0], -1)                                 # (N, sum out_i)
+    dout2d = dout.reshape(x2d.shape[0], dout.shape[-1])                     # (N, sum out_i); N may be 0
     dW = x2d.T @ dout2d                                                     # (in, sum out_i)
     db = dout2d.sum(axis=0) if any(lin.b is not None for lin in linears) else None  # (sum out_i,)
     dxs, start = [], 0
