@@ -87,6 +87,7 @@ _positive_int = _argument_type(int, lambda v: v >= 1, "a positive integer")
 _non_negative_int = _argument_type(int, lambda v: v >= 0, "a non-negative integer")
 _positive_float = _argument_type(float, lambda v: 0 < v < math.inf, "a positive number")
 _probability = _argument_type(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
+_non_negative_float = _argument_type(float, lambda v: 0 <= v < math.inf, "a number >= 0")
 _float = _argument_type(float, math.isfinite, "a finite number")
 
 
@@ -147,13 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
     tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     tr.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
-    tr.add_argument("--alpha", type=_float, default=0.6, help="length penalty of beam search (default 0.6)")
+    tr.add_argument("--alpha", type=_non_negative_float, default=0.6, help="length penalty of beam search (default 0.6)")
 
     ev = sub.add_parser("evaluate", help="BLEU (or exact match) of a checkpoint on a data split")
     ev.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
     ev.add_argument("--split", default="test", choices=("train", "valid", "test"), help="data split (default test)")
     ev.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
-    ev.add_argument("--alpha", type=_float, default=0.6, help="length penalty of beam search (default 0.6)")
+    ev.add_argument("--alpha", type=_non_negative_float, default=0.6, help="length penalty of beam search (default 0.6)")
     ev.add_argument("--average", type=_positive_int, default=None,
                     help="average the weights of the last N saved checkpoints (paper §6.1)")
     ev.add_argument("--data-dir", help="folder with the Multi30k files")
@@ -289,10 +290,10 @@ def translate_texts(model, src_tok, tgt_tok, texts, beam_size: int = 1, alpha: f
     return out
 
 
-def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1) -> tuple:
+def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1, alpha: float = 0.6) -> tuple:
     from .bleu import corpus_bleu
 
-    hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in pairs], beam_size=beam_size)
+    hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in pairs], beam_size=beam_size, alpha=alpha)
     return corpus_bleu(hyps, [t for _, t in pairs], lowercase=lowercase), hyps
 
 
@@ -543,29 +544,31 @@ def cmd_evaluate(args) -> int:
     ck, model, src_tok, tgt_tok, used = _load_run(args.checkpoint, args.average)
     task = ck.extra.get("task")
     settings = ck.extra.get("settings") or {}
-    result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": args.split,
-              "beam_size": args.beam_size, "averaged": len(used) if args.average else 1, "step": ck.step}
+    split = "heldout" if task in ("copy", "reverse") else args.split   # a sequence task has its held-out set
+    decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.alpha}"
+    result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
+              "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
+              "averaged": len(used) if args.average else 1, "step": ck.step}
+    avg = f", average of {len(used)} checkpoints" if args.average else ""
     if task in ("copy", "reverse"):
         from .tasks import SequenceTask, exact_match
 
         pairs = SequenceTask(task).heldout(settings.get("heldout", 1000))[: args.limit]
-        score = exact_match(model, pairs)
+        score = exact_match(model, pairs, beam_size=args.beam_size, alpha=args.alpha)
         result.update(exact_match=score, sentences=len(pairs))
-        print(f"exact match ({task}, {len(pairs)} held-out sequences): {100 * score:.2f}%")
+        print(f"exact match ({task}, {len(pairs)} held-out sequences, {decoding}{avg}): {100 * score:.2f}%")
     elif task in ("toy", "multi30k"):
         if src_tok is None:
             raise CLIError(f"checkpoint {used[-1]} holds no tokenisers; cannot evaluate a translation task")
         pairs = _load_pairs(task, args.split, args.data_dir or settings.get("data_dir"))[: args.limit]
         lowercase = task == "multi30k"
-        score, _ = bleu_of(model, src_tok, tgt_tok, pairs, lowercase, beam_size=args.beam_size)
+        score, _ = bleu_of(model, src_tok, tgt_tok, pairs, lowercase, beam_size=args.beam_size, alpha=args.alpha)
         result.update(bleu=score, sentences=len(pairs), lowercase=lowercase)
-        decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
-        avg = f", average of {len(used)} checkpoints" if args.average else ""
         print(f"BLEU ({task} {args.split}, {len(pairs)} sentences, {decoding}{avg}"
               f"{', lowercased' if lowercase else ''}): {score:.2f}")
     else:
         raise CLIError(f"checkpoint {used[-1]} does not say which task it was trained on (task={task!r})")
-    json_path = args.json_path or os.path.join(os.path.dirname(os.path.abspath(used[-1])), f"eval-{args.split}.json")
+    json_path = args.json_path or os.path.join(os.path.dirname(os.path.abspath(used[-1])), f"eval-{split}.json")
     with open(json_path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     return 0

@@ -131,13 +131,15 @@ def heldout_batches(pairs: list, batch_size: int = 250) -> list:
             for i in range(0, len(pairs), batch_size)]
 
 
-def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None = None) -> float:
-    """Fraction of pairs whose greedy decoding equals the target exactly (in [0, 1]).
+def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None = None, beam_size: int = 1,
+                alpha: float = 0.6) -> float:
+    """Fraction of pairs whose decoding equals the target exactly (in [0, 1]): greedy, or beam search
+    with ``beam_size`` > 1 and length penalty ``alpha``.
 
     Sources are sorted by length before batching, so batches carry little padding. The model is put in eval mode
     (and left there).
     """
-    from .decoding import greedy_decode
+    from .decoding import beam_search, greedy_decode
 
     if not pairs:
         raise ValueError("exact_match: pairs must hold at least one (src, tgt) pair, got none")
@@ -151,6 +153,7 @@ def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None =
         for row, i in enumerate(idx):
             src[row, :len(pairs[i][0])] = pairs[i][0]
         limit = max_len if max_len is not None else length + 2
-        hyps = greedy_decode(model, src, max_len=limit)
+        hyps = (beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=limit) if beam_size > 1
+                else greedy_decode(model, src, max_len=limit))
         correct += sum(list(h) == list(pairs[i][1]) for h, i in zip(hyps, idx))
     return correct / len(pairs)

@@ -76,6 +76,37 @@ def test_translate_and_evaluate_read_a_toy_checkpoint(toy_run, capsys, monkeypat
     assert result["averaged"] == 2 and len(result["checkpoint"]) == 2
 
 
+def test_evaluate_decodes_with_the_beam_and_alpha_it_reports(toy_run, tmp_path, capsys, monkeypatch):
+    """evaluate --beam-size/--alpha reach beam search for translation and for sequence tasks, and the JSON
+    says what was run (alpha was once parsed but dropped, and a copy task's beam size recorded but unused)."""
+    from minitransformer import decoding
+
+    calls = []
+
+    def recording_beam_search(model, src, beam_size=4, alpha=0.6, **kw):
+        calls.append((beam_size, alpha))
+        return real_beam_search(model, src, beam_size=beam_size, alpha=alpha, **kw)
+
+    real_beam_search = decoding.beam_search
+    monkeypatch.setattr(decoding, "beam_search", recording_beam_search)    # cli and tasks import it when they run
+    json_path = str(tmp_path / "toy.json")
+    assert main(["evaluate", "--checkpoint", toy_run, "--limit", "3", "--beam-size", "3", "--alpha", "1.5",
+                 "--json", json_path]) == 0
+    assert calls and set(calls) == {(3, 1.5)}
+    assert "beam 3, alpha 1.5" in capsys.readouterr().out
+    result = json.loads(Path(json_path).read_text())
+    assert (result["beam_size"], result["alpha"], result["split"]) == (3, 1.5, "test")
+
+    out = str(tmp_path / "copy")
+    assert main(["train", "--task", "copy", "--steps", "2", "--heldout", "5", "--no-plots", "--out", out, *SMALL]) == 0
+    calls.clear()
+    assert main(["evaluate", "--checkpoint", out, "--beam-size", "2", "--alpha", "0"]) == 0
+    assert calls and set(calls) == {(2, 0.0)}
+    assert "exact match (copy, 5 held-out sequences, beam 2, alpha 0.0)" in capsys.readouterr().out
+    result = json.loads(Path(os.path.join(out, "eval-heldout.json")).read_text())
+    assert (result["beam_size"], result["alpha"], result["split"]) == (2, 0.0, "heldout")
+
+
 def test_translate_copy_checkpoint_takes_ids(tmp_path, capsys):
     out = str(tmp_path / "copy")
     assert main(["train", "--task", "copy", "--steps", "2", "--heldout", "5", "--no-plots", "--out", out, *SMALL]) == 0
@@ -107,6 +138,8 @@ def test_gradcheck_prints_a_table(capsys):
     (["train", "--task", "copy", "--steps", "0"], "expected a positive integer, got '0'"),
     (["train", "--task", "copy", "--steps", "5", "--epochs", "2"], "not allowed with argument"),
     (["train", "--task", "copy", "--dropout", "1.5"], "expected a number in [0, 1)"),
+    (["evaluate", "--checkpoint", "x", "--alpha", "-1"], "argument --alpha: expected a number >= 0, got '-1'"),
+    (["translate", "--checkpoint", "x", "--alpha", "-0.5"], "argument --alpha: expected a number >= 0, got '-0.5'"),
     (["train"], "the following arguments are required: --task"),
     (["evaluate", "--checkpoint", "x", "--split", "dev"], "invalid choice: 'dev'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
