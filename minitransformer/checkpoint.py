@@ -27,9 +27,11 @@ that ``np.load`` does not read, an array rewritten with other values and a fresh
 file must not pass for a shorter one. The sha256 covers every byte, so any change, anywhere, is refused
 with a message instead of training on garbage.
 
-Keeping the last K: ``CheckpointManager`` writes ``checkpoint-<step>.npz`` and makes ``checkpoint.npz``
-the latest, deleting the oldest beyond ``keep``, so that ``average_checkpoints`` can average the
-weights of the last N as the paper does (§6.1: "averaging the last 5 checkpoints").
+Keeping the last K: ``CheckpointManager`` writes ``checkpoint-<step>.npz`` and a copy of it as
+``checkpoint.npz`` (the latest), deleting the oldest beyond ``keep``, so that ``average_checkpoints`` can
+average the weights of the last N as the paper does (§6.1: "averaging the last 5 checkpoints").
+``checkpoint.npz`` is a file of its own, not a hard link: ``cp backup/checkpoint.npz run/checkpoint.npz``
+writes into the existing file, and through a link it would silently rewrite ``checkpoint-<step>.npz`` too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import struct
 import zipfile
 import zlib
@@ -230,8 +233,9 @@ def _create_temp(directory: str):
     raise FileExistsError(f"could not create a temporary file in {directory}")
 
 
-def atomic_write_arrays(path, arrays: dict) -> None:
-    """Write ``arrays`` to ``path`` as .npz so that ``path`` is always either the old file or the whole new one.
+def _write_atomically(path, write) -> None:
+    """Make ``path`` the bytes ``write(f)`` puts into an open binary file, so that ``path`` is always either
+    the old file or the whole new one.
 
     temp file in the same folder -> write -> flush -> fsync -> os.replace -> fsync the folder.
     If anything fails (or the process dies) before the rename, ``path`` is untouched and the temp file
@@ -242,14 +246,31 @@ def atomic_write_arrays(path, arrays: dict) -> None:
     fd, tmp = _create_temp(directory)
     try:
         with os.fdopen(fd, "w+b") as f:
-            _write_npz(f, arrays)
-            _append_digest(f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
         _remove_quietly(tmp)
         raise
     _publish(tmp, path, directory)
+
+
+def atomic_write_arrays(path, arrays: dict) -> None:
+    """Write ``arrays`` to ``path`` as .npz, atomically (see ``_write_atomically``), with the sha256 trailer."""
+    def write(f):
+        _write_npz(f, arrays)
+        _append_digest(f)
+
+    _write_atomically(path, write)
+
+
+def atomic_copy(source, path) -> None:
+    """Copy the file ``source`` to ``path``, atomically (see ``_write_atomically``): a new file, never a link."""
+    def write(f):
+        with open(source, "rb") as src:
+            shutil.copyfileobj(src, f, _CHUNK)
+
+    _write_atomically(path, write)
 
 
 def _remove_quietly(path: str) -> None:
@@ -427,6 +448,12 @@ def resolve_checkpoint(path) -> str:
     return path
 
 
+def step_of_file(path) -> int | None:
+    """The step in a ``checkpoint-<step>.npz`` file name; None for any other name (``checkpoint.npz``, ...)."""
+    m = _STEP_FILE.match(os.path.basename(os.fspath(path)))
+    return int(m.group(1)) if m else None
+
+
 def list_checkpoints(directory) -> list:
     """The ``checkpoint-<step>.npz`` files of a folder, oldest step first."""
     directory = os.fspath(directory)
@@ -434,10 +461,29 @@ def list_checkpoints(directory) -> list:
         raise FileNotFoundError(f"checkpoint folder {directory} does not exist")
     found = []
     for name in os.listdir(directory):
-        m = _STEP_FILE.match(name)
-        if m:
-            found.append((int(m.group(1)), os.path.join(directory, name)))
+        step = step_of_file(name)
+        if step is not None:
+            found.append((step, os.path.join(directory, name)))
     return [p for _, p in sorted(found)]
+
+
+def checkpoint_files(directory) -> list:
+    """Every checkpoint file a ``CheckpointManager`` writes that a folder holds: its checkpoint-<step>.npz files
+    (oldest step first), then checkpoint.npz. Empty if the folder does not exist."""
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        return []
+    latest = os.path.join(directory, LATEST)
+    return list_checkpoints(directory) + ([latest] if os.path.isfile(latest) else [])
+
+
+def latest_checkpoint(directory) -> str | None:
+    """The file to continue the run of a folder from: checkpoint.npz, or, if that is missing (deleted by
+    hand), the newest checkpoint-<step>.npz; None if the folder holds neither."""
+    files = checkpoint_files(directory)
+    if not files:
+        return None
+    return files[-1]          # checkpoint.npz comes last when it exists, else the newest step file
 
 
 def _process_alive(pid: int) -> bool:
@@ -453,11 +499,14 @@ def _process_alive(pid: int) -> bool:
 
 
 class CheckpointManager:
-    """Saves ``checkpoint-<step>.npz`` in a folder, keeps the last ``keep`` of them, and points
-    ``checkpoint.npz`` at the newest (a hard link where the file system allows, else a copy).
+    """Saves ``checkpoint-<step>.npz`` in a folder, keeps the last ``keep`` of them, and makes
+    ``checkpoint.npz`` a copy of the newest.
 
     Both files are replaced atomically, so at every moment ``checkpoint.npz`` is a whole checkpoint:
-    the previous one until the new one is complete.
+    the previous one until the new one is complete. The copy is a file of its own (not a hard link, which
+    would cost nothing but let a write into checkpoint.npz change the step file as well). The folder is
+    meant for one run: pruning keeps the ``keep`` highest steps, whoever wrote them (``Trainer`` refuses to
+    start a new run in a folder that holds another's checkpoints).
     """
 
     def __init__(self, directory, keep: int = 5):
@@ -485,24 +534,14 @@ class CheckpointManager:
         return os.path.join(self.directory, LATEST)
 
     def save(self, step: int, **state) -> str:
-        """Write checkpoint-<step>.npz and checkpoint.npz (``state`` as for ``save_checkpoint``)."""
+        """Write checkpoint-<step>.npz, then checkpoint.npz as a copy of it (``state`` as for
+        ``save_checkpoint``), then delete the oldest step files beyond ``keep``."""
         arrays = pack_checkpoint(step=step, **state)
         step_path = os.path.join(self.directory, f"checkpoint-{int(step)}.npz")
         atomic_write_arrays(step_path, arrays)
-        self._point_latest_to(step_path, arrays)
+        atomic_copy(step_path, self.latest)   # the same bytes, already checksummed: copied, not packed again
         self._prune()
         return self.latest
-
-    def _point_latest_to(self, step_path: str, arrays: dict) -> None:
-        fd, tmp = _create_temp(self.directory)
-        os.close(fd)
-        os.unlink(tmp)                   # only the name is wanted: os.link makes the file
-        try:
-            os.link(step_path, tmp)  # a second name for the same bytes: no copy, and already fsync'ed
-        except OSError:
-            atomic_write_arrays(self.latest, arrays)  # no hard links here: write it again
-            return
-        _publish(tmp, self.latest, self.directory)
 
     def _prune(self) -> None:
         for old in list_checkpoints(self.directory)[:-self.keep]:
@@ -544,8 +583,12 @@ def average_checkpoints(paths) -> OrderedDict:
     return OrderedDict((k, (v / n).astype(reference[k][1])) for k, v in total.items())
 
 
-def last_checkpoints(directory, n: int) -> list:
-    """The newest ``n`` checkpoint-<step>.npz files of a folder (fewer if fewer exist), oldest first."""
+def last_checkpoints(directory, n: int, up_to_step: int | None = None) -> list:
+    """The newest ``n`` checkpoint-<step>.npz files of a folder (fewer if fewer exist), oldest first;
+    with ``up_to_step``, the newest ``n`` whose step is at most that (the ``n`` ending at that step)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"last_checkpoints: n must be a positive int, got {n!r}")
-    return list_checkpoints(directory)[-n:]
+    files = list_checkpoints(directory)
+    if up_to_step is not None:
+        files = [p for p in files if step_of_file(p) <= up_to_step]
+    return files[-n:]

@@ -9,8 +9,11 @@
 
 ``python -m minitransformer ...`` is the same. ``train`` writes into --out: metrics.json, checkpoint.npz
 (plus checkpoint-<step>.npz, the last few), loss.png and attention.png. ``--resume`` continues a run
-killed or stopped earlier from its checkpoint, with exactly the numbers the uninterrupted run would have;
-a fresh run refuses an --out that holds another run's checkpoints unless given ``--overwrite``.
+killed or stopped earlier from its checkpoint (the newest checkpoint-<step>.npz if checkpoint.npz is gone),
+with exactly the numbers the uninterrupted run would have, and with the run's own settings except the
+stop/report options typed on its command line. A fresh run refuses an --out that holds a file it would
+write (checkpoints, metrics.json, plots); ``--overwrite`` removes the earlier run's files instead, once the
+new run's config, data and model are built.
 
 Timing note: on a small model, a multi-threaded BLAS competing with other processes for the cores can be
 many times slower than one thread; ``OPENBLAS_NUM_THREADS=1 minitransformer train ...`` avoids that.
@@ -135,9 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--data-dir", help="folder with the Multi30k files (default: see `download`)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip "
                                                                      "the step")
-    t.add_argument("--resume", action="store_true", help="continue the run saved in --out")
-    t.add_argument("--overwrite", action="store_true", help="start over in an --out that holds an earlier run's "
-                                                             "checkpoints (deletes them)")
+    t.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own settings "
+                                                          "except the stop/report options given here")
+    t.add_argument("--overwrite", action="store_true", help="start over in an --out that holds an earlier run: "
+                                                             "deletes its checkpoints, metrics.json, plots and "
+                                                             "eval-<split>.json once the new run is ready to train")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress bar")
     t.add_argument("--no-plots", dest="plots", action="store_false", default=None, help="write no PNG files")
@@ -156,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
     ev.add_argument("--alpha", type=_non_negative_float, default=0.6, help="length penalty of beam search (default 0.6)")
     ev.add_argument("--average", type=_positive_int, default=None,
-                    help="average the weights of the last N saved checkpoints (paper §6.1)")
+                    help="average the weights of N saved checkpoint-<step>.npz files (paper §6.1): the N ending at "
+                         "--checkpoint's step if it names a step file, else the newest N")
     ev.add_argument("--data-dir", help="folder with the Multi30k files")
     ev.add_argument("--json", dest="json_path", help="write the result here (default: <run>/eval-<split>.json)")
     ev.add_argument("--limit", type=_positive_int, help="evaluate only the first N sentences")
@@ -336,6 +342,98 @@ def _plot_attention(model, src_ids, src_labels, tgt_label_fn, path: str, title: 
 
 # ============================================================================ train
 
+# The files `train` writes into --out besides the checkpoints, and those `evaluate` writes there by default.
+# --overwrite removes exactly these names (and the checkpoints), never another file of the folder.
+PLOT_FILES = ("loss.png", "attention.png")
+EVAL_FILES = tuple(f"eval-{split}.json" for split in ("train", "valid", "test", "heldout"))
+
+# Options that only switch something off for this command (there is no flag to switch them back on), so a
+# resumed run takes them from this command line, never from the saved run.
+THIS_COMMAND_ONLY = ("progress", "plots")
+
+# The model options of `train` and the TransformerConfig field each one sets.
+_MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads", "layers": "num_encoder_layers",
+                  "d_ff": "d_ff"}
+
+
+def _typed_options(args) -> set:
+    """The `train` options given on this command line. Each one's argparse default is None, so an option that
+    is not None was typed (unlike the values of `_settings`, which fill in the task's defaults)."""
+    not_settings = ("command", "task", "out", "resume", "overwrite", "data_dir")
+    return {name for name, value in vars(args).items() if value is not None and name not in not_settings}
+
+
+def _resumed_settings(args, settings: dict, resume_from) -> dict:
+    """The saved run's settings, with the RESUMABLE_OVERRIDES the user typed on this command line.
+
+    Only typed options count: `settings` also holds the task's defaults, and those must not replace what
+    the run was started with (a plain --resume of a 6-step run once trained on to the default 3000).
+    """
+    saved = resume_from.extra.get("settings")
+    if saved is None or saved.get("task") != args.task:
+        raise CLIError(f"--resume: {resume_from.path} is not a checkpoint of a `train --task {args.task}` run")
+    typed = _typed_options(args)
+    overrides = {k: settings[k] for k in RESUMABLE_OVERRIDES if k in typed and k not in THIS_COMMAND_ONLY}
+    if "steps" in typed or "epochs" in typed:            # one replaces the other (they are exclusive options)
+        overrides["steps"], overrides["epochs"] = settings["steps"], settings["epochs"]
+    changed = [f"{k} {saved.get(k)} -> {v}" for k, v in overrides.items() if saved.get(k) != v]
+    if changed:
+        print(f"--resume: overriding the saved run's {', '.join(changed)}", file=sys.stderr)
+
+    saved_config = resume_from.config or {}
+    ignored = []
+    for option in sorted(typed - set(RESUMABLE_OVERRIDES)):
+        if option in _MODEL_OPTIONS:
+            field = _MODEL_OPTIONS[option]
+            differs = settings["model"].get(field) != saved_config.get(field)
+        else:
+            differs = settings.get(option) != saved.get(option)
+        if differs:
+            ignored.append(option)
+    if ignored:
+        print(f"--resume: continuing with the saved run's settings for {', '.join(ignored)}", file=sys.stderr)
+    return {**saved, **overrides, **{k: settings[k] for k in THIS_COMMAND_ONLY},
+            "data_dir": settings["data_dir"] or saved.get("data_dir")}
+
+
+def _refuse_an_earlier_run(out: str, plots: bool) -> None:
+    """A fresh run (no --overwrite) must not write over anything in --out: refuse if a file it would write
+    is there already (another run's, or the user's own), naming it and what to do instead."""
+    from . import checkpoint as ckpt
+
+    checkpoints = ckpt.checkpoint_files(out)
+    if checkpoints:
+        raise CLIError(f"{out} already holds the checkpoints of a run ({os.path.basename(checkpoints[-1])} ...): "
+                       f"continue it with --resume, start over with --overwrite, or choose another --out")
+    would_write = ["metrics.json", *(PLOT_FILES if plots else ())]
+    present = [name for name in would_write if os.path.lexists(os.path.join(out, name))]
+    if present:
+        raise CLIError(f"{out} already holds {', '.join(present)}, which this run would overwrite: start over "
+                       f"with --overwrite (removes {'it' if len(present) == 1 else 'them'}), or choose another --out")
+
+
+def _remove_earlier_run(out: str) -> list:
+    """--overwrite: delete what an earlier run (and `evaluate`) wrote in --out, so that none of it sits beside
+    the new run as if it were the new run's. Only those names: any other file of the folder stays. -> names."""
+    from . import checkpoint as ckpt
+
+    names = [os.path.basename(p) for p in ckpt.checkpoint_files(out)]
+    names += [n for n in ("metrics.json", *PLOT_FILES, *EVAL_FILES) if os.path.lexists(os.path.join(out, n))]
+    for name in names:
+        os.remove(os.path.join(out, name))
+    return names
+
+
+def _make_out_folder(out: str) -> None:
+    """Create --out (and its parents), or say clearly why it cannot be the run's folder."""
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise CLIError(f"--out {out} is a file, not a folder: choose a folder for the run's files")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as err:
+        raise CLIError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
+
+
 def cmd_train(args) -> int:
     from . import checkpoint as ckpt
     from .loss import CrossEntropyLoss
@@ -345,31 +443,21 @@ def cmd_train(args) -> int:
 
     settings = _settings(args)
     out = args.out or os.path.join("runs", args.task)
+    _make_out_folder(out)                                  # first: every later message may name files in it
     resume_from = None
     if args.resume:
-        latest = os.path.join(out, ckpt.LATEST)
-        if os.path.exists(latest):
-            resume_from = ckpt.load_checkpoint(latest)
-            saved = resume_from.extra.get("settings")
-            if saved is None or saved.get("task") != args.task:
-                raise CLIError(f"--resume: {latest} is not a checkpoint of a `train --task {args.task}` run")
-            given = {k: v for k, v in settings.items() if k in RESUMABLE_OVERRIDES}
-            ignored = sorted(k for k, v in settings.items() if k not in RESUMABLE_OVERRIDES and saved.get(k) != v
-                             and k not in ("data_dir",))
-            settings = {**saved, **given, "data_dir": settings["data_dir"] or saved.get("data_dir")}
-            if ignored:
-                print(f"--resume: continuing with the saved run's settings for {', '.join(ignored)}", file=sys.stderr)
-        else:
-            print(f"--resume: no checkpoint in {out} yet ({latest} does not exist): starting from scratch",
-                  file=sys.stderr)
-    elif os.path.isdir(out):
-        old = ckpt.list_checkpoints(out) + [p for p in [os.path.join(out, ckpt.LATEST)] if os.path.exists(p)]
-        if old and not args.overwrite:
-            raise CLIError(f"{out} already holds the checkpoints of a run ({os.path.basename(old[-1])} ...): "
-                           f"continue it with --resume, start over with --overwrite, or choose another --out")
-        for path in old:
-            os.remove(path)
-    os.makedirs(out, exist_ok=True)
+        resume_path = ckpt.latest_checkpoint(out)
+        if resume_path is not None:
+            if ckpt.step_of_file(resume_path) is not None:      # checkpoint.npz is missing
+                print(f"--resume: {os.path.join(out, ckpt.LATEST)} does not exist: continuing from the newest "
+                      f"step checkpoint, {resume_path}", file=sys.stderr)
+            resume_from = ckpt.load_checkpoint(resume_path)
+            settings = _resumed_settings(args, settings, resume_from)
+    fresh = resume_from is None
+    if fresh and not args.overwrite:
+        _refuse_an_earlier_run(out, settings["plots"])
+    if fresh and args.resume:
+        print(f"--resume: no checkpoint in {out} yet: starting from scratch", file=sys.stderr)
     task = settings["task"]
     backend.manual_seed(settings["seed"])
     wall_start = time.perf_counter()
@@ -428,6 +516,11 @@ def cmd_train(args) -> int:
         trainer.resume(resume_from.path)
         print(f"resumed {out} at step {trainer.step} (epoch {train_data.epoch}, "
                          f"batch {train_data.position})")
+    elif args.overwrite:
+        # Only now, with the config, data and model built: a mistake in any of them leaves the old run whole.
+        removed = _remove_earlier_run(out)
+        if removed:
+            print(f"--overwrite: removed the earlier run's {', '.join(removed)} from {out}", file=sys.stderr)
     print(f"training {task}: {model.num_parameters():,} parameters, d_model={config.d_model}, "
                      f"heads={config.num_heads}, layers={config.num_encoder_layers}+{config.num_decoder_layers}, "
                      f"d_ff={config.d_ff} -> {out}")
@@ -471,21 +564,29 @@ def cmd_train(args) -> int:
     metrics_path = os.path.join(out, "metrics.json")
     with open(metrics_path, "w", encoding="utf-8") as f:
         json.dump(metrics, f, indent=2)
+    written = [metrics_path, os.path.join(out, ckpt.LATEST)]
     if settings["plots"]:
-        _plot_loss(trainer, os.path.join(out, "loss.png"))
+        if trainer.history:
+            _plot_loss(trainer, os.path.join(out, "loss.png"))
+            written.append("loss.png")
+        else:                                              # e.g. a time limit reached before the first step
+            print("no training steps: loss.png not written")
         _plot_attention(model, example, src_labels, label, os.path.join(out, "attention.png"),
                         title=f"Cross-attention ({task}, a held-out example)")
-    print(f"wrote {metrics_path}, {os.path.join(out, ckpt.LATEST)}"
-                     + (", loss.png, attention.png" if settings["plots"] else "")
-                     + f"  ({summary['train_seconds']:.1f} s of training, {summary['steps']} steps, "
-                       f"{summary['tokens_per_second']:,.0f} tokens/s)")
+        written.append("attention.png")
+    print(f"wrote {', '.join(written)}  ({summary['train_seconds']:.1f} s of training, {summary['steps']} steps, "
+          f"{summary['tokens_per_second']:,.0f} tokens/s)")
     return 0
 
 
 # ============================================================================ translate, evaluate
 
 def _load_run(path, average: int | None = None):
-    """(checkpoint, model, src tokenizer, tgt tokenizer, the checkpoint files used) of a run folder or file."""
+    """(checkpoint, model, src tokenizer, tgt tokenizer, the checkpoint files used) of a run folder or file.
+
+    With ``average``: the weights are the mean of ``average`` checkpoint-<step>.npz files of the folder, those
+    ending at the named file's step when it is a step file, else (the folder, checkpoint.npz) the newest.
+    """
     from . import checkpoint as ckpt
 
     file = ckpt.resolve_checkpoint(path)
@@ -494,12 +595,14 @@ def _load_run(path, average: int | None = None):
     weights = None
     if average is not None:
         folder = os.path.dirname(os.path.abspath(file))
-        used = ckpt.last_checkpoints(folder, average)
+        up_to = ckpt.step_of_file(file)                    # None for checkpoint.npz: the newest
+        where = folder if up_to is None else f"{folder} up to step {up_to}"
+        used = ckpt.last_checkpoints(folder, average, up_to_step=up_to)
         if not used:
-            raise CLIError(f"--average {average}: no checkpoint-<step>.npz files in {folder}")
+            raise CLIError(f"--average {average}: no checkpoint-<step>.npz files in {where}")
         if len(used) < average:
-            print(f"--average {average}: only {len(used)} checkpoints in {folder}; averaging those",
-                  file=sys.stderr)
+            print(f"--average {average}: only {len(used)} checkpoint-<step>.npz file(s) in {where}; "
+                  f"averaging those", file=sys.stderr)
         weights = ckpt.average_checkpoints(used)
     model = _model_from_checkpoint(ck, weights)
     src_tok, tgt_tok = _tokenizers_from_checkpoint(ck)
@@ -541,15 +644,21 @@ def _translate_ids(model, lines, args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from .checkpoint import step_of_file
+
     ck, model, src_tok, tgt_tok, used = _load_run(args.checkpoint, args.average)
     task = ck.extra.get("task")
     settings = ck.extra.get("settings") or {}
     split = "heldout" if task in ("copy", "reverse") else args.split   # a sequence task has its held-out set
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.alpha}"
+    # the step of the newest checkpoint evaluated (averaged files are checkpoint-<step>.npz: the name says it)
+    step = ck.step if args.average is None else step_of_file(used[-1])
     result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
               "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
-              "averaged": len(used) if args.average else 1, "step": ck.step}
-    avg = f", average of {len(used)} checkpoints" if args.average else ""
+              "averaged": len(used) if args.average else 1, "step": step}
+    avg = ""
+    if args.average:
+        avg = f", average of {len(used)} checkpoints, steps {step_of_file(used[0])}-{step}"
     if task in ("copy", "reverse"):
         from .tasks import SequenceTask, exact_match
 

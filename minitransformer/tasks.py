@@ -16,8 +16,9 @@ Short strings cannot be held out (there are only 10 + 100 + 1000 strings of leng
 and training sees them all); from length 6 on, a held-out string is one of a million or more, which
 training has almost surely never seen: exact match on them measures generalisation, not memory.
 
-    make_pairs("reverse", n=2, seed=0)   # [([6, 7, 4, 4, 4, 5, 12, 10, 13], [13, 10, 12, 5, 4, 4, 4, 7, 6]),
-                                         #  ([10, 13, 11, 10, 9, 9, 13], [13, 9, 9, 10, 11, 13, 10])]
+    >>> make_pairs("reverse", n=2, seed=0)   # doctest: +NORMALIZE_WHITESPACE
+    [([9, 6, 7, 4, 4, 4, 5, 12, 10], [10, 12, 5, 4, 4, 4, 7, 6, 9]),
+     ([9, 10, 13, 11, 10, 9, 9], [9, 9, 10, 11, 13, 10, 9])]
 """
 
 from __future__ import annotations

@@ -26,12 +26,19 @@ after it: the last good checkpoint stays as it was.
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy
 
 from . import backend
-from .checkpoint import CheckpointManager, load_checkpoint, resolve_checkpoint
+from .checkpoint import (
+    CheckpointManager,
+    checkpoint_files,
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_checkpoint,
+)
 from .optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
@@ -116,7 +123,9 @@ class Trainer:
     metric_fn    metric_fn(model) -> float, e.g. exact match or BLEU, computed in eval mode
     target       stop as soon as metric_fn reaches this value (needs metric_fn)
     checkpoint_dir, save_every, keep   write checkpoint-<step>.npz every save_every steps and at the end,
-                 keep the last ``keep``, and checkpoint.npz = the latest (None: no checkpoints)
+                 keep the last ``keep``, and checkpoint.npz = the latest (None: no checkpoints). A folder that
+                 already holds another run's checkpoints is refused when training starts (ValueError):
+                 continue that run with ``resume(checkpoint_dir)`` first, or choose an empty folder
     on_nonfinite "stop": raise NonFiniteError at a NaN/inf loss or gradient; "skip": drop that step
     progress     show a tqdm progress bar with loss, tokens/s and lr
     config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
@@ -160,6 +169,8 @@ class Trainer:
         self.progress = progress
         self.config, self.tokenizers, self.extra = config, dict(tokenizers or {}), dict(extra or {})
         self.checkpoints = None if checkpoint_dir is None else CheckpointManager(checkpoint_dir, keep=keep)
+        # True once this trainer resumed from checkpoint_dir or saved into it: its checkpoints are then this run's
+        self._checkpoint_dir_is_ours = False
         self.pad_id = getattr(loss_fn, "ignore_index", 0)
         self.params = model.parameters()
         # progress of the run; all of it goes into checkpoints
@@ -256,6 +267,7 @@ class Trainer:
         # The plain bar: tqdm.auto wants ipywidgets in Jupyter and warns without them.
         from tqdm import tqdm
 
+        self._claim_checkpoint_dir()              # before any step: a refused run changes nothing
         self.model.train()
         self._consecutive_skips = 0
         started = time.perf_counter()
@@ -354,17 +366,47 @@ class Trainer:
                 "train_cpu_seconds": self.train_cpu_seconds, "tokens_seen": self.tokens_seen, "skipped": self.skipped}},
         }
 
+    def _claim_checkpoint_dir(self) -> None:
+        """Refuse to save this run into a folder that holds the checkpoints of another run.
+
+        The two would mix, and pruning keeps the highest steps whoever wrote them: a new run's first
+        checkpoints (low steps) would be the ones deleted, and checkpoint.npz would no longer match the
+        step files that averaging reads. Resuming from the folder makes its checkpoints this run's own.
+        """
+        if self.checkpoints is None or self._checkpoint_dir_is_ours:
+            return
+        directory = self.checkpoints.directory
+        others = checkpoint_files(directory)
+        if others:
+            names = [os.path.basename(p) for p in reversed(others)]       # checkpoint.npz, then newest step first
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            raise ValueError(f"Trainer: checkpoint_dir {directory} already holds the checkpoints of another run "
+                             f"({shown}): continue it with trainer.resume({directory!r}) before fit(), or choose "
+                             f"an empty folder (a new run there would mix with it, and pruning would delete "
+                             f"the new run's first checkpoints)")
+        self._checkpoint_dir_is_ours = True
+
     def save(self) -> str:
         """Write checkpoint-<step>.npz and checkpoint.npz in checkpoint_dir (atomically)."""
         if self.checkpoints is None:
             raise ValueError("Trainer.save: no checkpoint_dir was given")
+        self._claim_checkpoint_dir()
         path = self.checkpoints.save(self.step, **self.state())
         self.last_saved_step = self.step
         return path
 
     def resume(self, path) -> None:
         """Restore everything from a checkpoint (a file or a run folder): weights, optimiser, schedule,
-        step, data position, random generators and histories. Training then continues exactly."""
+        step, data position, random generators and histories. Training then continues exactly.
+
+        A folder resumes from its checkpoint.npz, or from its newest checkpoint-<step>.npz when that is missing.
+        Resuming from a file in checkpoint_dir makes the checkpoints there this run's own (see ``fit``).
+        """
+        if os.path.isdir(path):
+            folder, path = path, latest_checkpoint(path)
+            if path is None:
+                raise FileNotFoundError(f"Trainer.resume: no checkpoint in {folder} (neither checkpoint.npz "
+                                        f"nor any checkpoint-<step>.npz)")
         path = resolve_checkpoint(path)
         ck = load_checkpoint(path)
         if self.config is not None and ck.config is not None and ck.config != self.config:
@@ -394,4 +436,11 @@ class Trainer:
         self.tokens_seen = int(state["tokens_seen"])
         self.skipped = int(state["skipped"])
         self.last_saved_step = self.step
+        if self.checkpoints is not None and _same_folder(os.path.dirname(os.path.abspath(path)),
+                                                         self.checkpoints.directory):
+            self._checkpoint_dir_is_ours = True
         self.model.train()
+
+
+def _same_folder(a, b) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)

@@ -271,6 +271,38 @@ def test_manager_keeps_last_k_and_latest(tmp_path):
         np.testing.assert_array_equal(latest.weights[name], value)
 
 
+def test_latest_is_a_file_of_its_own(tmp_path):
+    """Restoring a backup with ``cp backup/checkpoint.npz run/checkpoint.npz`` writes into the existing file.
+    When checkpoint.npz was a hard link to checkpoint-<step>.npz, that silently rewrote the step file too."""
+    model = small_model()
+    manager = ck.CheckpointManager(tmp_path / "run", keep=5)
+    manager.save(10, weights=model.state_dict())
+    backup = Path(manager.latest).read_bytes()
+    for p in model.parameters():
+        p.data += 1.0
+    manager.save(20, weights=model.state_dict())
+    with open(manager.latest, "r+b") as f:                  # what cp does to an existing destination
+        f.write(backup)
+        f.truncate()
+    assert ck.load_checkpoint(manager.latest).step == 10
+    step_20 = ck.load_checkpoint(tmp_path / "run" / "checkpoint-20.npz")
+    assert step_20.step == 20                               # the step file is untouched
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(step_20.weights[name], value)
+
+
+def test_last_checkpoints_up_to_a_step(tmp_path):
+    model = small_model()
+    manager = ck.CheckpointManager(tmp_path, keep=5)
+    for step in (2, 4, 6, 8):
+        manager.save(step, weights=model.state_dict())
+    names = [os.path.basename(p) for p in ck.last_checkpoints(tmp_path, 2, up_to_step=6)]
+    assert names == ["checkpoint-4.npz", "checkpoint-6.npz"]
+    assert [os.path.basename(p) for p in ck.last_checkpoints(tmp_path, 3, up_to_step=3)] == ["checkpoint-2.npz"]
+    assert ck.last_checkpoints(tmp_path, 2, up_to_step=1) == []
+    assert ck.step_of_file(tmp_path / "checkpoint-6.npz") == 6 and ck.step_of_file(manager.latest) is None
+
+
 def test_average_checkpoints(tmp_path):
     model = small_model()
     manager = ck.CheckpointManager(tmp_path, keep=5)

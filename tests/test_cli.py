@@ -172,8 +172,7 @@ def test_damaged_checkpoint_is_refused_with_a_message(tmp_path, capsys):
     path = os.path.join(out, "checkpoint.npz")
     data = bytearray(Path(path).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    os.remove(path)                                         # a hard link to checkpoint-2.npz: break the link first
-    Path(path).write_bytes(bytes(data))
+    Path(path).write_bytes(bytes(data))                     # in place: checkpoint-2.npz is another file
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", out]) == 2
     err = capsys.readouterr().err
@@ -216,3 +215,139 @@ def test_nonfinite_exit_code_is_1(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "non-finite loss nan at step 1" in err and "no checkpoint was written" in err
     assert not os.path.exists(os.path.join(out, "checkpoint.npz"))
+
+
+# ------------------------------------------------------------------------------------------ run folders
+
+def step_files(folder):
+    """The steps of the checkpoint-<step>.npz files in a folder, sorted."""
+    return sorted(int(n[len("checkpoint-"):-len(".npz")]) for n in os.listdir(folder)
+                  if n.startswith("checkpoint-") and n.endswith(".npz"))
+
+
+def test_plain_resume_keeps_the_runs_own_stop_and_report_settings(tmp_path, capsys):
+    """Only what the user typed replaces a saved setting (the task's defaults once did: a plain --resume of a
+    6-step run trained on to step 300, saving every 500 and keeping 5)."""
+    out = str(tmp_path / "copy")
+    base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", out, *SMALL]
+    assert main(base + ["--steps", "6", "--eval-every", "3", "--save-every", "3", "--keep", "2"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--resume"]) == 0                   # the run is done: nothing more to do
+    assert "overriding" not in capsys.readouterr().err
+    metrics = json.loads(Path(os.path.join(out, "metrics.json")).read_text())
+    assert metrics["steps"] == 6
+    assert {k: metrics["settings"][k] for k in ("steps", "eval_every", "save_every", "keep")} == \
+        {"steps": 6, "eval_every": 3, "save_every": 3, "keep": 2}
+
+    assert main(base + ["--resume", "--steps", "9"]) == 0   # a typed option does override, and says so
+    assert "overriding the saved run's steps 6 -> 9" in capsys.readouterr().err
+    metrics = json.loads(Path(os.path.join(out, "metrics.json")).read_text())
+    assert metrics["steps"] == 9 and metrics["settings"]["save_every"] == 3
+    assert step_files(out) == [6, 9]                        # saved every 3 steps, the last 2 kept
+    history = ck.load_checkpoint(os.path.join(out, "checkpoint.npz")).extra["trainer"]["valid_history"]
+    assert [row[0] for row in history] == [3, 6, 9]          # evaluated every 3 steps
+
+
+def test_resume_without_checkpoint_npz_continues_from_the_newest_step_file(tmp_path, capsys):
+    """checkpoint.npz deleted: --resume once started from scratch, and pruning then deleted the new run's files
+    while keeping the old run's."""
+    out = str(tmp_path / "copy")
+    base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--eval-every", "1000", "--out", out, *SMALL]
+    assert main(base + ["--steps", "8", "--save-every", "2", "--keep", "3"]) == 0
+    os.remove(os.path.join(out, "checkpoint.npz"))
+    capsys.readouterr()
+    assert main(base + ["--resume", "--steps", "10"]) == 0
+    captured = capsys.readouterr()
+    assert "checkpoint-8.npz" in captured.err and "resumed" in captured.out and "at step 8" in captured.out
+    assert step_files(out) == [6, 8, 10]
+    assert ck.load_checkpoint(os.path.join(out, "checkpoint.npz")).step == 10
+    assert json.loads(Path(os.path.join(out, "metrics.json")).read_text())["steps"] == 10
+
+
+def test_overwrite_removes_the_old_run_only_once_the_new_one_is_ready(tmp_path, capsys):
+    out = tmp_path / "copy"
+    base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", str(out), *SMALL]
+    assert main(base + ["--steps", "2"]) == 0
+    for name in ("loss.png", "attention.png", "eval-test.json", "notes.txt", "checkpoint-best.npz"):
+        (out / name).write_text("from before")              # the old run's plots and evaluation, the user's own
+    before = sorted(os.listdir(out))
+    capsys.readouterr()
+    # a bad config, then missing data: refused, and nothing of the old run is lost
+    assert main(base + ["--overwrite", "--heads", "3"]) == 2
+    assert main(["train", "--task", "multi30k", "--data-dir", str(tmp_path / "missing"), "--out", str(out),
+                 "--overwrite", *SMALL]) == 2
+    assert sorted(os.listdir(out)) == before
+    capsys.readouterr()
+    assert main(base + ["--overwrite", "--steps", "1"]) == 0
+    # the old run's files are gone (stale plots and evaluations too), the user's files stay
+    assert sorted(os.listdir(out)) == ["checkpoint-1.npz", "checkpoint-best.npz", "checkpoint.npz", "metrics.json",
+                                       "notes.txt"]
+    assert (out / "notes.txt").read_text() == (out / "checkpoint-best.npz").read_text() == "from before"
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 1
+
+
+def test_evaluate_average_ends_at_the_named_checkpoint(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    assert main(["train", "--task", "copy", "--steps", "5", "--save-every", "1", "--heldout", "5", "--no-plots",
+                 "--eval-every", "1000", "--out", out, *SMALL]) == 0
+    json_path = str(tmp_path / "eval.json")
+    assert main(["evaluate", "--checkpoint", os.path.join(out, "checkpoint-3.npz"), "--average", "2",
+                 "--json", json_path]) == 0
+    result = json.loads(Path(json_path).read_text())
+    assert [os.path.basename(p) for p in result["checkpoint"]] == ["checkpoint-2.npz", "checkpoint-3.npz"]
+    assert result["step"] == 3 and result["averaged"] == 2
+    # the folder (or checkpoint.npz): the newest N, and the step of the newest
+    assert main(["evaluate", "--checkpoint", out, "--average", "2", "--json", json_path]) == 0
+    result = json.loads(Path(json_path).read_text())
+    assert [os.path.basename(p) for p in result["checkpoint"]] == ["checkpoint-4.npz", "checkpoint-5.npz"]
+    assert result["step"] == 5
+    capsys.readouterr()
+    # fewer step files up to the named one than asked for: averages those, and says so
+    assert main(["evaluate", "--checkpoint", os.path.join(out, "checkpoint-1.npz"), "--average", "3",
+                 "--json", json_path]) == 0
+    assert "only 1 checkpoint" in capsys.readouterr().err
+    result = json.loads(Path(json_path).read_text())
+    assert [os.path.basename(p) for p in result["checkpoint"]] == ["checkpoint-1.npz"] and result["step"] == 1
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "loss.png", "attention.png"])
+def test_fresh_run_refuses_an_out_holding_a_file_it_would_write(tmp_path, capsys, name):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_text("the user's own")
+    args = ["train", "--task", "copy", "--steps", "1", "--heldout", "5", "--out", str(out), *SMALL]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert name in err and "--overwrite" in err and "another --out" in err
+    assert main(args + ["--resume"]) == 2                   # nothing to resume: a fresh start, refused the same way
+    assert name in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == [name] and (out / name).read_text() == "the user's own"
+
+
+def test_fresh_run_without_plots_leaves_a_png_it_would_not_write(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "loss.png").write_text("the user's own")
+    assert main(["train", "--task", "copy", "--steps", "1", "--heldout", "5", "--no-plots", "--out", str(out),
+                 *SMALL]) == 0
+    assert (out / "loss.png").read_text() == "the user's own"
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume"]])
+def test_out_that_is_a_file_is_an_error_naming_out(tmp_path, capsys, resume):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    assert main(["train", "--task", "copy", "--steps", "1", "--out", str(afile), *resume, *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("minitransformer train: error: --out") and "is a file" in err
+    assert "starting from scratch" not in err
+    assert afile.read_text() == "not a folder"
+
+
+def test_run_of_zero_steps_writes_its_metrics_and_no_loss_plot(tmp_path, capsys):
+    out = tmp_path / "copy"
+    assert main(["train", "--task", "copy", "--max-minutes", "1e-9", "--heldout", "5", "--out", str(out),
+                 *SMALL]) == 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 0
+    assert not (out / "loss.png").exists() and (out / "attention.png").read_bytes()[:8] == PNG
+    assert "no training steps: loss.png not written" in capsys.readouterr().out

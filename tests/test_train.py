@@ -1,6 +1,7 @@
 """The training loop: loss goes down, a stopped or killed run resumes bit for bit, and a NaN never
 overwrites a good checkpoint."""
 
+import doctest
 import os
 import signal
 import subprocess
@@ -68,6 +69,13 @@ def test_tasks_are_deterministic_and_correct():
         SequenceTask("copy", min_len=5, max_len=3)
 
 
+def test_the_tasks_docstring_example_is_true():
+    from minitransformer import tasks
+
+    results = doctest.testmod(tasks)
+    assert results.attempted >= 1 and results.failed == 0
+
+
 def test_exact_match_counts_whole_sequences(monkeypatch):
     from minitransformer import decoding
 
@@ -122,6 +130,41 @@ def test_resume_refuses_another_config(tmp_path):
     other = make_trainer(tmp_path / "other", dropout=0.2, max_steps=4)
     with pytest.raises(ValueError, match=r"another model config \(differs in \['dropout'\]\)"):
         other.resume(tmp_path)
+
+
+def test_fresh_trainer_refuses_a_folder_with_another_runs_checkpoints(tmp_path):
+    """Saving into it would mix two runs, and pruning (oldest steps first) would delete the new run's files."""
+    make_trainer(tmp_path, max_steps=6, save_every=2, keep=3).fit()
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    fresh = make_trainer(tmp_path, max_steps=4, save_every=1, keep=3)
+    with pytest.raises(ValueError, match=r"checkpoint_dir .* already holds the checkpoints of another run "
+                                         r"\(checkpoint\.npz, checkpoint-6\.npz, checkpoint-4\.npz, \.\.\.\): "
+                                         r"continue it with trainer\.resume"):
+        fresh.fit()
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        fresh.save()
+    assert fresh.step == 0
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
+    # resuming that run is what the folder is for; and a trainer goes on saving where it saved before
+    again = make_trainer(tmp_path, max_steps=8, save_every=2, keep=3)
+    again.resume(tmp_path)
+    again.fit()
+    again.max_steps = 10
+    again.fit()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-10.npz", "checkpoint-6.npz", "checkpoint-8.npz",
+                                            "checkpoint.npz"]
+
+
+def test_resume_of_a_folder_without_checkpoint_npz_takes_the_newest_step_file(tmp_path):
+    make_trainer(tmp_path, max_steps=4, save_every=2).fit()
+    os.remove(tmp_path / "checkpoint.npz")
+    trainer = make_trainer(tmp_path, max_steps=6, save_every=2)
+    trainer.resume(tmp_path)
+    assert trainer.step == 4
+    trainer.fit()
+    assert ck.load_checkpoint(tmp_path / "checkpoint.npz").step == 6
+    with pytest.raises(FileNotFoundError, match="no checkpoint in"):
+        make_trainer(tmp_path / "empty", max_steps=1).resume(tmp_path / "empty")
 
 
 def test_target_metric_stops_early():
@@ -242,7 +285,7 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     step_at_kill = ck.load_checkpoint(os.path.join(killed, "checkpoint.npz")).step
-    assert 20 <= step_at_kill < 150     # 20 if killed between writing checkpoint-30 and relinking checkpoint.npz
+    assert 20 <= step_at_kill < 150     # 20 if killed between writing checkpoint-30 and copying it to checkpoint.npz
 
     resumed = subprocess.run(TRAIN + ["--out", killed, "--resume"], env=_env(), capture_output=True, text=True,
                              timeout=120, check=False)
