@@ -19,6 +19,9 @@ whitespace word with ``</w>``, the end-of-word marker, so decoding knows where t
 
     "the dog."  ->  the</w> | dog | .</w>        (BPE merges never cross a piece boundary)
 
+A character BPE never saw becomes ``<unk>``, or ``<unk></w>`` when it ends a word, so its space survives:
+"the dog€ runs" -> ... g <unk></w> r ... -> "the dog<unk> runs".
+
 Vocabularies travel with checkpoints as JSON: ``to_dict`` / ``from_dict``, ``to_json`` / ``from_json``,
 ``save(path)`` / ``load_tokenizer(path)``; ``tokenizer_from_dict`` / ``tokenizer_from_json`` pick the class.
 """
@@ -37,6 +40,7 @@ import numpy
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 END_OF_WORD = "</w>"
+UNK_END_OF_WORD = SPECIAL_TOKENS[UNK] + END_OF_WORD     # BPE: an unknown character that ends a word
 
 # A run of letters/digits/underscore, or one character that is neither a letter/digit nor a space.
 _PIECE_RE = re.compile(r"\w+|[^\w\s]")
@@ -231,14 +235,17 @@ class BPETokenizer(_Tokenizer):
     ends a word ("dog" at the end of a word: d o g</w>). Repeatedly count adjacent symbol pairs over the
     corpus (weighted by how often each piece occurs), merge the most frequent pair everywhere (ties: the
     alphabetically first pair), and record the merge. The vocabulary is the specials, every character seen
-    (plain and with </w>), then one new symbol per merge.
+    (plain and with </w>), one new symbol per merge, and last ``<unk></w>``: the end-of-word form of <unk>,
+    which every character has too (it comes last so that the other ids are those of vocabularies saved
+    before it existed; such a vocabulary loads unchanged and encodes an unknown word end as plain <unk>).
 
     Encoding applies the recorded merges to a piece in the order they were learned (always the lowest-ranked
     pair present first), which reproduces the training segmentation. Pieces are cached, so a corpus costs
     one BPE run per distinct word.
 
     Decoding concatenates the symbols and turns each ``</w>`` back into a space, so
-    ``decode(encode(text)) == " ".join(text.split())`` whenever every character of text was seen in training.
+    ``decode(encode(text)) == " ".join(text.split())`` whenever every character of text was seen in training;
+    otherwise each unseen character reads ``<unk>`` and the spaces stay where they were.
     """
 
     def __init__(self, vocab: Vocab | None = None, merges=(), lowercase: bool = False):
@@ -277,9 +284,10 @@ class BPETokenizer(_Tokenizer):
         # The alphabet: every character seen, plain and with </w>, so any word of known characters can be encoded.
         chars = sorted({ch for piece, _ in piece_counts for ch in piece})
         vocab = Vocab([c for ch in chars for c in (ch, ch + END_OF_WORD)])
-        if vocab_size is not None and vocab_size < len(vocab):
+        if vocab_size is not None and vocab_size < len(vocab) + 1:
             raise ValueError(f"BPETokenizer.learn: vocab_size={vocab_size} is smaller than the specials plus the "
-                             f"alphabet ({len(vocab)} symbols); ask for at least {len(vocab)}")
+                             f"alphabet plus {UNK_END_OF_WORD} ({len(vocab) + 1} symbols); "
+                             f"ask for at least {len(vocab) + 1}")
 
         # pair -> total count, pair -> indices of the words that contain it, and a max-heap of (-count, pair).
         pair_counts: Counter = Counter()
@@ -295,7 +303,7 @@ class BPETokenizer(_Tokenizer):
         while heap:
             if num_merges is not None and len(merges) >= num_merges:
                 break
-            if vocab_size is not None and len(vocab) >= vocab_size:
+            if vocab_size is not None and len(vocab) + 1 >= vocab_size:    # + 1: <unk></w> comes after the merges
                 break
             neg_count, pair = heapq.heappop(heap)
             if pair_counts.get(pair, 0) != -neg_count:
@@ -324,6 +332,7 @@ class BPETokenizer(_Tokenizer):
                     heapq.heappush(heap, (-c, p))
                 else:
                     del pair_counts[p]
+        vocab.add(UNK_END_OF_WORD)
         return cls(vocab, merges, lowercase=lowercase)
 
     # ------------------------------------------------------------------ encoding and decoding
@@ -340,13 +349,20 @@ class BPETokenizer(_Tokenizer):
             cached = self._cache.get(piece)
             if cached is None:
                 symbols = self._apply_merges(_initial_symbols(*piece))
-                cached = tuple(self.vocab[s] for s in symbols)
+                cached = tuple(self._symbol_id(s) for s in symbols)
                 if len(self._cache) < 200_000:
                     self._cache[piece] = cached
             ids.extend(cached)
         if add_eos:
             ids.append(EOS)
         return ids
+
+    def _symbol_id(self, symbol: str) -> int:
+        """The id of a symbol; an unseen character is <unk>, or <unk></w> when it ends a word (a vocabulary
+        saved before <unk></w> existed lacks it, and ``self.vocab`` then gives <unk>)."""
+        if symbol in self.vocab or not symbol.endswith(END_OF_WORD):
+            return self.vocab[symbol]
+        return self.vocab[UNK_END_OF_WORD]
 
     def _apply_merges(self, symbols: list[str]) -> list[str]:
         """Merge the lowest-ranked (earliest learned) adjacent pair, again and again, until none is known."""

@@ -68,9 +68,9 @@ def test_bpe_merges_worked_out_by_hand():
     assert tok.tokenize("low newest widest") == ["low</w>", "newest</w>", "widest</w>"]
     # an unseen word is built from the learned pieces
     assert tok.tokenize("lowest") == ["lo", "w", "est</w>"]
-    # vocabulary = specials + every character (plain and </w>) + one symbol per merge
+    # vocabulary = specials + every character (plain and </w>) + one symbol per merge + <unk></w>
     chars = sorted(set("lowernstid"))
-    assert len(tok) == 4 + 2 * len(chars) + 10
+    assert len(tok) == 4 + 2 * len(chars) + 10 + 1
 
 
 def test_bpe_stops_when_no_pair_is_frequent_enough():
@@ -82,6 +82,11 @@ def test_bpe_stops_when_no_pair_is_frequent_enough():
 def test_bpe_vocab_size():
     tok = BPETokenizer.learn(TEXTS * 3, vocab_size=150)
     assert len(tok) == 150
+    smallest = 4 + 2 * len(set("".join(TEXTS)) - {" "}) + 1      # specials, the alphabet, <unk></w>
+    tok = BPETokenizer.learn(TEXTS, vocab_size=smallest)
+    assert len(tok) == smallest and tok.merges == [] and tok.vocab.itos[-1] == "<unk></w>"
+    with pytest.raises(ValueError, match=f"vocab_size={smallest - 1} is smaller .* at least {smallest}"):
+        BPETokenizer.learn(TEXTS, vocab_size=smallest - 1)
     with pytest.raises(ValueError, match="vocab_size"):
         BPETokenizer.learn(TEXTS, vocab_size=10)
     with pytest.raises(ValueError, match="exactly one"):
@@ -119,8 +124,47 @@ def test_bpe_lowercase():
 def test_bpe_unknown_characters_become_unk():
     tok = BPETokenizer.learn(TEXTS, num_merges=50)
     ids = tok.encode("ein 猫")
-    assert ids[-1] == UNK
+    assert tok.vocab.itos[ids[-1]] == "<unk></w>"          # the end-of-word form of <unk>: 猫 ends the text
     assert tok.decode(ids) == "ein <unk>"
+    assert tok.encode("ein 猫s")[-2:] == [UNK, tok.vocab["s</w>"]]
+
+
+@pytest.mark.parametrize("text", [
+    "the dog€ runs",            # at the end of a word
+    "x y",                      # whole unknown words
+    "€dog runs",                # at the start of a word
+    "do€g runs",                # in the middle
+    "the dog€. runs ö",         # an unknown piece before a known one, and a last word of one unknown character
+    "(€) dog€€ €€ ab€cd€ the€",
+])
+def test_bpe_unknown_characters_keep_word_boundaries(text):
+    tok = BPETokenizer.learn(["the dog runs", "a cat sleeps"], num_merges=5)
+    seen = set("the dog runs a cat sleeps")
+    expected = " ".join("".join(ch if ch in seen or ch.isspace() else "<unk>" for ch in text).split())
+    assert tok.decode(tok.encode(text)) == expected
+
+
+# What BPETokenizer.learn(OLD_CORPUS, num_merges=4).to_dict() gave before <unk></w> existed: a vocabulary
+# saved then (in a checkpoint, say) must load to the same ids.
+OLD_CORPUS = ["the dog runs", "the cat runs", "a dog sleeps"]
+OLD_SAVED = {
+    "type": "bpe", "lowercase": False,
+    "tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "a", "a</w>", "c", "c</w>", "d", "d</w>", "e", "e</w>", "g",
+               "g</w>", "h", "h</w>", "l", "l</w>", "n", "n</w>", "o", "o</w>", "p", "p</w>", "r", "r</w>", "s",
+               "s</w>", "t", "t</w>", "u", "u</w>", "do", "dog</w>", "he</w>", "ns</w>"],
+    "merges": [["d", "o"], ["do", "g</w>"], ["h", "e</w>"], ["n", "s</w>"]],
+}
+
+
+def test_bpe_ids_of_known_text_are_those_of_older_vocabularies():
+    tok = BPETokenizer.learn(OLD_CORPUS, num_merges=4)
+    assert tok.vocab.itos == OLD_SAVED["tokens"] + ["<unk></w>"]     # the one new symbol comes last
+    old = BPETokenizer.from_dict(OLD_SAVED)
+    assert len(old) == len(OLD_SAVED["tokens"])                       # a checkpoint's embedding still fits
+    text = "the dog runs a cat"
+    assert tok.encode(text) == old.encode(text) == [28, 34, 33, 24, 30, 35, 5, 6, 4, 29]
+    # An old vocabulary has no <unk></w>: an unknown character at the end of a word is <unk>, as it was.
+    assert old.encode("the dog€")[-1] == UNK
 
 
 def test_bpe_merges_shrink_sequences():
