@@ -131,11 +131,16 @@ def _eval_mode(model):
 
 
 def _top_k(scores, k: int):
-    """Column indices of the k largest scores of each row, best first; equal scores in index order.
-                                                                  Shapes: scores (b,n) -> (b,k) ints
-    argpartition finds the k best in O(n) (a full sort of the K*V candidates would dominate the search);
-    only those k are then sorted."""
+    """Column indices of the k largest scores of each row, best first; equal scores in index order, also
+    at the cut-off (so beam size 1 picks greedy's first maximum).   Shapes: scores (b,n) -> (b,k) ints
+    argpartition finds the k best in O(n) (a stable sort of the K*V candidates is ~5x slower, and would
+    dominate the search); only those k are then sorted. When a score equal to the k-th best was left out,
+    argpartition may have kept a later index instead of it: those rows (rare) get the stable sort."""
     part = numpy.argpartition(-scores, k - 1, axis=1)[:, :k]          # (b,k) the k best, in no order
+    best = numpy.take_along_axis(scores, part, axis=1)                # (b,k)
+    kth = best.min(axis=1, keepdims=True)                             # (b,1) the k-th best score
+    tied = (scores == kth).sum(axis=1) > (best == kth).sum(axis=1)    # (b,) some score equal to it left out
+    part[tied] = numpy.argsort(-scores[tied], axis=1, kind="stable")[:, :k]  # the lowest indices of the tie
     part = numpy.sort(part, axis=1)                                   # (b,k) by index, so that a tie ...
     order = numpy.argsort(-numpy.take_along_axis(scores, part, axis=1), axis=1, kind="stable")  # ... keeps it
     return numpy.take_along_axis(part, order, axis=1)                 # (b,k)

@@ -105,6 +105,37 @@ def test_beam_size_one_is_greedy(float64, seed):
         assert decoding.beam_search(model, src, beam_size=1, alpha=alpha, max_len=15) == greedy
 
 
+# Scores whose maximum 2 ties at 9, 10, 11, 13, 14, 19, 22: argpartition alone returned 13.
+TIED = np.array([1., 0, 0, 1, 1, 1, 1, 1, 0, 2, 2, 2, 0, 2, 2, 0, 1, 0, 0, 2, 0, 1, 2, 0])
+
+
+def test_top_k_breaks_ties_by_index():
+    assert decoding._top_k(TIED[None], 1).tolist() == [[9]]
+    assert decoding._top_k(TIED[None], 9).tolist() == [[9, 10, 11, 13, 14, 19, 22, 0, 3]]
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 4, size=(50, 40)).astype(np.float64)   # (b,n) ties everywhere
+    scores[:10, ::3] = -np.inf                                      # as the never-generated tokens are
+    straddling = 0
+    for k in (1, 2, 5, 17, 39, 40):
+        expected = np.argsort(-scores, axis=1, kind="stable")[:, :k]   # (b,k) lowest index first on a tie
+        assert decoding._top_k(scores, k).tolist() == expected.tolist(), k
+        if k < 40:
+            ranked = -np.sort(-scores, axis=1)                          # (b,n)
+            straddling += int((ranked[:, k - 1] == ranked[:, k]).sum())  # a tie across the cut-off
+    assert straddling > 100
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_size_one_is_greedy_when_logits_tie(float64, alpha):
+    model = varied_model(SEEDS[0], vocab=len(TIED))
+    model.projection.W.data[...] = 0.0
+    model.projection.b.data[...] = TIED                                 # the same tied logits at every step
+    src = sources(V=len(TIED))
+    greedy = decoding.greedy_decode(model, src, max_len=6)
+    assert greedy == [[9] * 6] * len(src)                               # argmax: the first maximum
+    assert decoding.beam_search(model, src, beam_size=1, alpha=alpha, max_len=6) == greedy
+
+
 def test_decode_step_logits_equal_the_full_decoder(model, rng):
     """The cache path computes the same numbers as the full decoder, position by position."""
     model.eval()
