@@ -79,7 +79,7 @@ def _row_ids(ids, row: int, indices, side: str) -> numpy.ndarray:
 def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS) -> Batch:
     """Pad a list of (src_ids, tgt_ids) into a Batch: tgt_in = <bos> + tgt, tgt_out = tgt + <eos>.
 
-    indices: the pairs' positions in the dataset (stored on the batch, default 0..B-1).
+    indices: the pairs' positions in the dataset, one per pair (stored on the batch, default 0..B-1).
     """
     pairs = _check_pairs(pairs, "collate")
     if len(pairs) == 0:
@@ -88,6 +88,10 @@ def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: i
         if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or value < 0:
             raise ValueError(f"collate: {name} must be an int >= 0, got {value!r}")
     B = len(pairs)
+    if indices is not None:
+        indices = numpy.asarray(indices, dtype=numpy.int64)    # (B,)
+        if indices.shape != (B,):
+            raise ValueError(f"collate: indices must have one entry per pair, shape ({B},), got shape {indices.shape}")
     S = max(len(src) for src, _ in pairs)
     T = max(len(tgt) for _, tgt in pairs) + 1                   # one more for <bos> / <eos>
     src = numpy.full((B, S), pad_id, dtype=numpy.int64)          # (B,S)
@@ -103,7 +107,7 @@ def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: i
     if min(int(src.min()), int(tgt_out.min())) < 0:
         raise ValueError(f"collate: pairs must hold token ids >= 0, got a negative id in source or target "
                          f"(rows {numpy.flatnonzero((src < 0).any(axis=1) | (tgt_out < 0).any(axis=1)).tolist()[:5]})")
-    indices = numpy.arange(B, dtype=numpy.int64) if indices is None else numpy.asarray(indices, dtype=numpy.int64)  # (B,)
+    indices = numpy.arange(B, dtype=numpy.int64) if indices is None else indices  # (B,)
     num_src = sum(len(s) for s, _ in pairs)
     num_tgt = sum(len(t) + 1 for _, t in pairs)
     return Batch(src, tgt_in, tgt_out, indices, int(num_src), int(num_tgt))

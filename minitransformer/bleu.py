@@ -101,6 +101,15 @@ def _preprocess(line: str, lowercase: bool) -> list[str]:
 
 def sentence_stats(hypothesis: str, references: list, lowercase: bool = False) -> BleuStats:
     """The BleuStats of one hypothesis against its references (a list of str; None entries are skipped)."""
+    if not isinstance(hypothesis, str):
+        raise TypeError(f"sentence_stats: hypothesis must be a str, got {type(hypothesis).__name__}")
+    if isinstance(references, str) or not hasattr(references, "__iter__"):      # a str would count its letters
+        raise TypeError(f"sentence_stats: references must be a list of str ([reference] for one), "
+                        f"got {type(references).__name__}")
+    references = list(references)
+    for i, ref in enumerate(references):
+        if ref is not None and not isinstance(ref, str):
+            raise TypeError(f"sentence_stats: references[{i}] must be a str or None, got {type(ref).__name__}")
     hyp = _preprocess(hypothesis, lowercase)
     hyp_ngrams = count_ngrams(hyp)
     ref_max: Counter = Counter()                # each n-gram's largest count in any one reference

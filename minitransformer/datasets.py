@@ -98,6 +98,15 @@ def _multi30k_split(split: str, where: str) -> str:
     return split
 
 
+def _names(value, name: str, where: str) -> list:
+    """splits or langs as a list: one name may come as a plain str ("val" means ["val"])."""
+    if isinstance(value, str):
+        return [value]
+    if not hasattr(value, "__iter__"):
+        raise TypeError(f"{where}: {name} must be a str or a list of str, got {type(value).__name__}")
+    return list(value)
+
+
 def _find_file(directory: Path, split: str, lang: str) -> Path:
     for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
         if (directory / name).is_file():
@@ -125,19 +134,25 @@ def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LAN
                       base_url: str = MULTI30K_URL, overwrite: bool = False, opener=None) -> Path:
     """Fetch the task-1 raw files ({split}.{lang}.gz) into directory; files already there are kept.
 
+    splits, langs: lists of names, or one name as a str (splits="val", langs="de"); both are checked before
+    anything is created or fetched.
+
     Each file is written to a temporary name, checked to be readable gzip, then renamed, so an interrupted
     download never leaves a half file behind. base_url may be a file:// URL (tests use a local copy);
     opener(url) -> a file-like object replaces urllib.request.urlopen. -> the directory.
     """
+    where = "download_multi30k"
+    splits = [_multi30k_split(split, where) for split in _names(splits, "splits", where)]
+    langs = _names(langs, "langs", where)
+    for lang in langs:
+        if lang not in MULTI30K_LANGS:
+            raise ValueError(f"{where}: langs must be among {MULTI30K_LANGS}, got {lang!r}")
     directory = (multi30k_dir() if directory is None else Path(directory)).expanduser()
     opener = urllib.request.urlopen if opener is None else opener
     base_url = base_url if base_url.endswith("/") else base_url + "/"
     directory.mkdir(parents=True, exist_ok=True)
     for split in splits:
-        split = _multi30k_split(split, "download_multi30k")
         for lang in langs:
-            if lang not in MULTI30K_LANGS:
-                raise ValueError(f"download_multi30k: langs must be among {MULTI30K_LANGS}, got {lang!r}")
             target = directory / f"{split}.{lang}.gz"
             if target.exists() and not overwrite:
                 continue

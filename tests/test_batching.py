@@ -40,6 +40,12 @@ def test_collate_shift_and_padding():
         assert arr.dtype == np.int64
 
 
+@pytest.mark.parametrize("indices", [[0], [0, 1, 2], [[0, 1]], 7])
+def test_collate_needs_one_index_per_pair(indices):
+    with pytest.raises(ValueError, match=r"collate: indices must have one entry per pair, shape \(2,\), got shape"):
+        collate([([5], [6]), ([7], [8])], indices=indices)
+
+
 def test_epoch_covers_every_pair_once_without_losing_tokens():
     pairs = random_pairs()
     batcher = BucketBatcher(pairs, max_tokens=200, seed=1)

@@ -119,6 +119,17 @@ def test_errors_name_the_argument():
         corpus_bleu([], [])
 
 
+def test_sentence_stats_checks_its_arguments():
+    with pytest.raises(TypeError, match=r"sentence_stats: references must be a list of str \(\[reference\] for one\), "
+                                        "got str"):
+        sentence_stats("a cat", "a cat")                 # would be read letter by letter
+    with pytest.raises(TypeError, match=r"sentence_stats: references\[1\] must be a str or None, got list"):
+        sentence_stats("a cat", ["a cat", ["a", "cat"]])
+    with pytest.raises(TypeError, match="sentence_stats: hypothesis must be a str, got list"):
+        sentence_stats(["a", "cat"], ["a cat"])
+    assert sentence_stats("a cat", ["a cat", None]) == sentence_stats("a cat", ["a cat"])
+
+
 # ----------------------------------------------------------------------------- against sacrebleu
 
 

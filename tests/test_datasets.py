@@ -278,3 +278,37 @@ def test_download_failure_leaves_no_file(tmp_path):
     with pytest.raises(OSError, match="could not fetch"):
         download_multi30k(target, splits=["val"], langs=["en"], opener=broken)
     assert list(target.iterdir()) == []                        # no half file, no temporary left behind
+
+
+def test_download_takes_one_split_or_lang_as_a_str(tmp_path):
+    calls = []
+
+    def opener(url):
+        calls.append(url)
+        return io.BytesIO(gzip.compress(b"ein satz\n"))
+
+    target = tmp_path / "dl"
+    download_multi30k(target, splits="valid", langs="de", opener=opener)
+    assert calls == [datasets.MULTI30K_URL + "val.de.gz"]
+    download_multi30k(target, splits="val", opener=opener)
+    assert calls[1:] == [datasets.MULTI30K_URL + "val.en.gz"]             # val.de.gz is there already
+
+
+def _no_network(url):
+    raise AssertionError(f"a test tried to fetch {url}")
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"splits": "tran"}, ValueError, "download_multi30k: split must be one of .*got 'tran'"),
+    ({"splits": ["val", "tst"]}, ValueError, "download_multi30k: split must be one of .*got 'tst'"),
+    ({"langs": "fr"}, ValueError, r"download_multi30k: langs must be among \('en', 'de'\), got 'fr'"),
+    ({"langs": ["de", "fr"]}, ValueError, "download_multi30k: langs must be among .*got 'fr'"),
+    ({"splits": 3}, TypeError, "download_multi30k: splits must be a str or a list of str, got int"),
+    ({"langs": None}, TypeError, "download_multi30k: langs must be a str or a list of str, got NoneType"),
+])
+def test_download_checks_its_arguments_before_creating_anything(tmp_path, monkeypatch, kwargs, error, message):
+    monkeypatch.setattr(datasets.urllib.request, "urlopen", _no_network)
+    target = tmp_path / "dl"
+    with pytest.raises(error, match=message):
+        download_multi30k(target, **kwargs)
+    assert not target.exists()
