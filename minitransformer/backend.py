@@ -23,6 +23,7 @@ threads where it is worth it (Adam's update); ``set_num_threads`` or the environ
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,7 @@ class _State:
         self.seed = None
         self.host_rng = numpy.random.default_rng()
         self.device_rng = self.host_rng
+        self.device_types = ()      # the array types of every device backend chosen so far (cupy.ndarray, ...)
         self.num_threads = 1
         self.pool = None            # ThreadPoolExecutor, created on first use
         self.pool_lock = threading.Lock()
@@ -94,6 +96,8 @@ def set_backend(name: str | types.ModuleType) -> None:
         _state.name, _state.xp = "cupy", _import_cupy()
     else:
         raise ValueError(f"set_backend: name must be one of {_BACKENDS}, got {name!r}")
+    if _state.xp is not numpy and _state.xp.ndarray not in _state.device_types:
+        _state.device_types += (_state.xp.ndarray,)         # to_numpy still knows them after a switch back
     _state.device_rng = _new_device_rng(_state.seed)
 
 
@@ -176,17 +180,29 @@ def get_rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    """Restore what ``get_rng_state`` returned."""
-    _state.seed = state.get("seed")
-    _state.host_rng = numpy.random.default_rng()
-    _state.host_rng.bit_generator.state = state["host"]
+    """Restore what ``get_rng_state`` returned. A state that cannot be restored raises and changes nothing."""
+    if not isinstance(state, dict) or "host" not in state:
+        raise ValueError(f"set_rng_state: state must be a dict as get_rng_state returns, with a 'host' entry, "
+                         f"got {type(state).__name__}" + (f" with keys {sorted(state)}" if isinstance(state, dict) else ""))
+    seed = state.get("seed")
+    host_rng = _generator_from_state(state["host"], "host")
     if _state.xp is numpy and "device" in state:
-        _state.device_rng = numpy.random.default_rng()
-        _state.device_rng.bit_generator.state = state["device"]
+        device_rng = _generator_from_state(state["device"], "device")
     else:
         # CuPy's generator state cannot be read back: re-derive it from the seed (reproducible,
         # but not bit-exact mid-run).
-        _state.device_rng = _new_device_rng(_state.seed)
+        device_rng = _new_device_rng(seed)
+    _state.seed, _state.host_rng, _state.device_rng = seed, host_rng, device_rng   # all three, or none
+
+
+def _generator_from_state(bit_generator_state, key: str) -> numpy.random.Generator:
+    rng = numpy.random.default_rng()
+    try:
+        rng.bit_generator.state = bit_generator_state
+    except (TypeError, ValueError, KeyError) as err:
+        raise ValueError(f"set_rng_state: state[{key!r}] is not the {type(rng.bit_generator).__name__} state "
+                         f"that get_rng_state gives ({err})") from err
+    return rng
 
 
 # ----------------------------------------------------------------------------- moving arrays
@@ -197,12 +213,20 @@ def asarray(x, dtype=None):
 
 
 def to_numpy(x) -> numpy.ndarray:
-    """The way back to the host: a NumPy array for any backend array (or scalar)."""
+    """The way back to the host: a NumPy array for any backend array (or scalar, list, ...)."""
     if isinstance(x, numpy.ndarray):
         return x
-    if hasattr(x, "get"):  # cupy.ndarray (and the test backend) copy to the host with .get()
+    # A device array copies itself to the host with .get(). Recognised by its type, not by having a .get
+    # method: a dict or a pandas Series has one too, with another meaning.
+    if isinstance(x, _device_array_types()):
         return x.get()
     return numpy.asarray(x)
+
+
+def _device_array_types() -> tuple:
+    """cupy.ndarray once CuPy is imported, and the array type of every backend module given to set_backend."""
+    cupy = sys.modules.get("cupy")
+    return _state.device_types + ((cupy.ndarray,) if getattr(cupy, "ndarray", None) is not None else ())
 
 
 def is_array(x) -> bool:

@@ -120,7 +120,7 @@ def _reset_guards(module) -> None:
     leave no forward waiting for a backward, as after one forward and its backward."""
     for m in module.modules():
         object.__setattr__(m, "_awaiting_backward", False)
-        object.__setattr__(m, "_forward_shape", None)
+        object.__setattr__(m, "_forward_pending", False)
 
 
 def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, seed: int = 0,

@@ -60,8 +60,10 @@ class Module:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
-        object.__setattr__(self, "_awaiting_backward", False)    # training forward done, its backward not yet
-        object.__setattr__(self, "_forward_shape", None)          # forward's output shape until its backward ran
+        object.__setattr__(self, "_awaiting_backward", False)    # module(x) in training mode, its backward not yet
+        object.__setattr__(self, "_forward_pending", False)      # a forward ran, its backward not yet
+        object.__setattr__(self, "_output_shape", None)          # that forward's output shape (None: not one array)
+        object.__setattr__(self, "_running", set())              # "forward"/"backward" while one runs (see below)
 
     # -- registration ------------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -85,37 +87,29 @@ class Module:
             )
         out = self.forward(*inputs, **kwargs)
         object.__setattr__(self, "_awaiting_backward", self.training)
-        object.__setattr__(self, "_forward_shape", tuple(out.shape) if hasattr(out, "shape") else ())  # () : several outputs
         return out
 
     def __init_subclass__(cls, **kwargs):
-        # Every subclass's backward first checks that there is a forward to go back through and that dout
-        # fits it; once it has run, the forward's cache is consumed and the next forward may run. (Marked
-        # after it ran: a backward that refused its input leaves the forward waiting, and a subclass's
-        # backward may call super().backward.)
+        # Each subclass's forward and backward are wrapped once, here: forward notes that it ran and the shape
+        # of its output; backward first checks that there is a forward to go back through and that dout fits
+        # it, and once it has run (a backward that refused its input leaves the forward waiting) marks the
+        # forward's cache as consumed.
         super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__:
+            cls.forward = _noting_forward(cls.__dict__["forward"])
         if "backward" in cls.__dict__:
-            user_backward = cls.__dict__["backward"]
-            dout_name = ([*inspect.signature(user_backward).parameters, "dout"])[1]   # "dout", "dlogits", ...
+            cls.backward = _checking_backward(cls.__dict__["backward"])
 
-            @functools.wraps(user_backward)
-            def backward(self, *args, **kw):
-                self._check_backward(dout_name, args[0] if args else None)
-                grads = user_backward(self, *args, **kw)
-                object.__setattr__(self, "_awaiting_backward", False)
-                object.__setattr__(self, "_forward_shape", None)
-                return grads
-
-            cls.backward = backward
-
-    def _check_backward(self, dout_name, dout):
+    def _check_backward(self, dout_name: str, dout) -> None:
+        """Raise unless a forward is waiting for this backward and ``dout`` has its output's shape."""
         name = type(self).__name__
-        if self._forward_shape is None:
+        if not self._forward_pending:
             raise RuntimeError(f"{name}.backward: there is no forward to go back through. Call the module "
                                f"first (module(x)); each forward allows one backward.")
-        if self._forward_shape and hasattr(dout, "shape") and tuple(dout.shape) != self._forward_shape:
+        shape = self._output_shape
+        if shape is not None and hasattr(dout, "shape") and tuple(dout.shape) != shape:
             raise ValueError(f"{name}.backward: {dout_name} must have the shape of the forward's output "
-                             f"{self._forward_shape}, got {tuple(dout.shape)}")
+                             f"{shape}, got {tuple(dout.shape)}")
 
     def forward(self, *inputs):
         raise NotImplementedError(f"{type(self).__name__} must define forward")
@@ -232,3 +226,44 @@ class ModuleList(Module):
 
     def __getitem__(self, i):
         return list(self._modules.values())[i]
+
+
+def _outermost(kind: str, method, self, *args, **kwargs):
+    """Run ``method``; True as well if this is the outermost call of its kind on ``self``. A subclass's forward
+    or backward may call the parent's (``super().backward(...)``), itself wrapped: only the outermost call
+    speaks for the module, the inner ones just run."""
+    if kind in self._running:
+        return method(self, *args, **kwargs), False
+    self._running.add(kind)
+    try:
+        return method(self, *args, **kwargs), True
+    finally:
+        self._running.discard(kind)
+
+
+def _noting_forward(forward):
+    @functools.wraps(forward)
+    def wrapper(self, *inputs, **kwargs):
+        out, outermost = _outermost("forward", forward, self, *inputs, **kwargs)
+        if outermost:
+            object.__setattr__(self, "_forward_pending", True)
+            object.__setattr__(self, "_output_shape", tuple(out.shape) if hasattr(out, "shape") else None)
+        return out
+
+    return wrapper
+
+
+def _checking_backward(backward):
+    dout_name = [*inspect.signature(backward).parameters, "dout"][1]     # "dout", "dlogits", ...
+
+    @functools.wraps(backward)
+    def wrapper(self, *args, **kwargs):
+        if "backward" not in self._running:                              # the outermost call checks
+            self._check_backward(dout_name, args[0] if args else kwargs.get(dout_name))
+        grads, outermost = _outermost("backward", backward, self, *args, **kwargs)
+        if outermost:
+            object.__setattr__(self, "_awaiting_backward", False)
+            object.__setattr__(self, "_forward_pending", False)
+        return grads
+
+    return wrapper

@@ -420,7 +420,11 @@ def _series(x, name: str, where: str) -> tuple[numpy.ndarray, numpy.ndarray]:
     if isinstance(x, Mapping):
         if not x:
             raise ValueError(f"{where}: {name} is an empty dict")
-        items = sorted((float(k), v) for k, v in x.items())  # JSON turns step keys into strings
+        try:
+            items = sorted((float(k), v) for k, v in x.items())  # JSON turns step keys into strings
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {name} as a dict must map steps (numbers) to values, got keys "
+                             f"{list(x)[:5]}") from None
         steps, values = [k for k, _ in items], [v for _, v in items]
     elif (isinstance(x, (list, tuple)) and len(x) == 2
           and all(numpy.ndim(backend.to_numpy(part)) == 1 for part in x)):
@@ -520,6 +524,8 @@ def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
     An error of exactly 0 is drawn at the left edge of the axis.
     """
     where = "bar_errors"
+    if isinstance(bound, bool) or not isinstance(bound, (int, float, numpy.floating)) or not 0 < bound < math.inf:
+        raise ValueError(f"{where}: bound must be a positive number (the largest error that passes), got {bound!r}")
     rows = list(report_rows.items()) if isinstance(report_rows, Mapping) else list(report_rows)
     if not rows:
         raise ValueError(f"{where}: report_rows is empty; give a list of (name, relative error)")

@@ -115,6 +115,39 @@ def test_each_forward_allows_one_backward_of_its_shape(name, rng, float64):
     module.backward(np.ones(out.shape))                        # may still be gone back through, once
 
 
+def test_a_direct_forward_allows_its_backward_too(rng, float64):
+    """DESIGN: forward(*inputs), also via __call__, caches what backward needs: module.forward(x) counts."""
+    lin = L.Linear(4, 3)
+    out = lin.forward(rng.standard_normal((2, 4)))
+    lin.backward(np.ones(out.shape))
+    with pytest.raises(RuntimeError, match="each forward allows one backward"):
+        lin.backward(np.ones(out.shape))
+    with pytest.raises(ValueError, match=r"Linear.backward: dout must have the shape .* \(2, 3\), got \(2, 4\)"):
+        lin.forward(rng.standard_normal((2, 4)))
+        lin.backward(dout=np.ones((2, 4)))                      # given by keyword, checked as well
+
+
+def test_a_subclass_may_call_the_parents_forward_and_backward(rng, float64):
+    """The parent's methods run inside the subclass's: only the subclass's own output shape and dout count."""
+
+    class SummedLinear(L.Linear):                               # out = sum_j (x W + b)_j   (B,)
+        def forward(self, x):
+            return super().forward(x).sum(axis=-1)
+
+        def backward(self, dout):                               # dout (B,) -> the parent's (B, out)
+            return super().backward(np.repeat(dout[:, None], self.out_features, axis=1))
+
+    layer = SummedLinear(4, 3)
+    x = rng.standard_normal((2, 4))
+    out = layer(x)
+    assert out.shape == (2,)
+    dx = layer.backward(np.ones(2))
+    np.testing.assert_allclose(dx, np.tile(layer.W.data.sum(axis=1), (2, 1)), rtol=1e-12)   # dx = 1 W^T
+    with pytest.raises(RuntimeError, match="SummedLinear.backward: there is no forward"):
+        layer.backward(np.ones(2))
+    layer(x)                                                    # and the next training forward may run
+
+
 def test_train_eval_recurse():
     ffn = L.PositionwiseFeedForward(4, 6, dropout=0.5)
     ffn.eval()
@@ -322,3 +355,38 @@ def test_to_numpy_returns_host_arrays():
     x = np.arange(3.0)
     assert mt.to_numpy(x) is x
     assert isinstance(mt.to_numpy(np.float32(2.0)), np.ndarray)
+
+
+def test_to_numpy_knows_device_arrays_by_their_type_not_by_a_get_method():
+    """A device array copies itself with .get(); other objects with a .get (a dict, a pandas Series,
+    whose get takes a key) are converted as NumPy converts them, not called."""
+    import fakecupy
+
+    class SeriesLike:                                          # pandas.Series's get(key, default=None)
+        def __init__(self, values):
+            self.values = values
+
+        def get(self, key, default=None):
+            return default
+
+        def __array__(self, dtype=None, copy=None):
+            return np.asarray(self.values, dtype=dtype)
+
+    np.testing.assert_array_equal(mt.to_numpy(SeriesLike([1.0, 2.0])), [1.0, 2.0])
+    mt.set_backend(fakecupy)
+    device = fakecupy.asarray(np.arange(3.0))
+    mt.set_backend("numpy")                                    # back on the CPU: the device array still comes home
+    host = mt.to_numpy(device)
+    assert type(host) is np.ndarray and host.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_refused_rng_state_changes_nothing():
+    mt.manual_seed(0)
+    first = mt.backend.host_rng().random()
+    mt.manual_seed(0)
+    bad_states = [None, {}, {"host": 5}, {"host": {"bit_generator": "MT19937", "state": {}}},
+                  {**mt.backend.get_rng_state(), "device": {"bit_generator": "PCG64"}}]
+    for bad in bad_states:
+        with pytest.raises(ValueError, match=r"set_rng_state: state"):
+            mt.backend.set_rng_state(bad)
+    assert mt.backend.host_rng().random() == first and mt.backend.get_rng_state()["seed"] == 0

@@ -6,12 +6,14 @@ Matplotlib is forced onto the Agg backend here, so no display is needed (and non
 
 import math
 
+import fakecupy
 import matplotlib
 import numpy as np
 import pytest
 from matplotlib import _pylab_helpers
 from matplotlib.figure import Figure
 
+import minitransformer as mt
 from minitransformer import viz
 
 
@@ -48,14 +50,11 @@ def visible_tick_texts(axis):
     return [t.label1.get_text() for t in axis.get_major_ticks() if t.label1.get_visible()]
 
 
-class FakeDeviceArray:
-    """Stands in for a CuPy array: only .get() brings it to the host."""
-
-    def __init__(self, a):
-        self._a = np.asarray(a)
-
-    def get(self):
-        return self._a.copy()
+def on_device(a):
+    """``a`` on the tests' stand-in for a GPU (tests/fakecupy.py: only .get() brings it to the host), as
+    a model's arrays are after ``set_backend("cupy")`` (conftest switches the backend back after the test)."""
+    mt.set_backend(fakecupy)
+    return fakecupy.asarray(np.asarray(a))
 
 
 # ----------------------------------------------------------------------------- attention_heatmap
@@ -104,7 +103,7 @@ def test_attention_heatmap_hides_labels_when_too_many_tokens():
 
 def test_attention_heatmap_accepts_device_arrays_and_lists():
     w = softmax_rows((3, 3))
-    for given in (FakeDeviceArray(w), w.tolist()):
+    for given in (on_device(w), w.tolist()):
         (ax,) = panels(viz.attention_heatmap(given))
         np.testing.assert_array_equal(ax.images[0].get_array(), w)
 
@@ -172,7 +171,7 @@ def test_attention_grid_hides_labels_in_crowded_panels():
 
 def test_attention_grid_accepts_device_arrays():
     attn = softmax_rows((2, 3, 3))
-    fig = viz.attention_grid([FakeDeviceArray(attn), FakeDeviceArray(attn)])
+    fig = viz.attention_grid([on_device(attn), on_device(attn)])
     assert len(panels(fig)) == 4
 
 
@@ -252,7 +251,7 @@ def test_mask_image_bad_input_names_mask():
 
 
 def test_mask_image_accepts_zero_one_ints_and_device_arrays():
-    fig = viz.mask_image(FakeDeviceArray(np.tril(np.ones((3, 3), dtype=np.int64))))
+    fig = viz.mask_image(on_device(np.tril(np.ones((3, 3), dtype=np.int64))))
     np.testing.assert_array_equal(np.asarray(panels(fig)[0].images[0].get_array()), np.tril(np.ones((3, 3))))
 
 
@@ -285,7 +284,7 @@ def sinusoids(T, D):
 
 def test_positional_encoding_heatmap():
     pe = sinusoids(50, 16)
-    for given in (pe, pe[None], FakeDeviceArray(pe)):
+    for given in (pe, pe[None], on_device(pe)):
         fig = viz.positional_encoding_heatmap(given)
         (ax,) = panels(fig)
         (im,) = ax.images
@@ -412,6 +411,18 @@ def test_bar_errors():
         viz.bar_errors([("x", 1e-9, "extra")])
     with pytest.raises(ValueError, match="relative errors"):
         viz.bar_errors([("x", float("nan"))])
+    for bound in (0, -1e-6, float("inf"), "1e-6"):            # was a bare "math domain error" for 0
+        with pytest.raises(ValueError, match=r"bar_errors: bound must be a positive number"):
+            viz.bar_errors(rows, bound=bound)
+
+
+def test_curves_from_a_dict_need_numeric_steps():
+    with pytest.raises(ValueError, match=r"lr_schedule: lrs as a dict must map steps \(numbers\) to values"):
+        viz.lr_schedule({"a": 1.0})
+    with pytest.raises(ValueError, match=r"loss_curves: .* as a dict must map steps"):
+        viz.loss_curves({"1": 2.0, "x": 1.0})
+    (ax,) = panels(viz.lr_schedule({"2": 0.5, "1": 1.0}))      # JSON's string steps are fine
+    assert ax.lines[0].get_xdata().tolist() == [1.0, 2.0]
 
 
 # ----------------------------------------------------------------------------- histograms
