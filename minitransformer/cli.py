@@ -61,6 +61,10 @@ TASK_DEFAULTS = {
                  "label_smoothing": 0.1, "eval_every": 500, "save_every": 1000, "target": None, "vocab_size": 8000,
                  "max_minutes": 85.0},
 }
+# The model options of `train` and the TransformerConfig field each one sets (--layers: both stacks).
+_MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads", "layers": "num_encoder_layers",
+                  "d_ff": "d_ff"}
+
 # What --resume may change: when and how the run stops and reports, never what it computes.
 RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "target",
                        "progress", "plots", "heldout", "beam_size", "on_nonfinite", "limit")
@@ -138,11 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--data-dir", help="folder with the Multi30k files (default: see `download`)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip "
                                                                      "the step")
-    t.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own settings "
-                                                          "except the stop/report options given here")
-    t.add_argument("--overwrite", action="store_true", help="start over in an --out that holds an earlier run: "
-                                                             "deletes its checkpoints, metrics.json, plots and "
-                                                             "eval-<split>.json once the new run is ready to train")
+    continue_or_restart = t.add_mutually_exclusive_group()
+    continue_or_restart.add_argument("--resume", action="store_true",
+                                     help="continue the run saved in --out, with its own settings except the "
+                                          "stop/report options given here")
+    continue_or_restart.add_argument("--overwrite", action="store_true",
+                                     help="start over in an --out that holds an earlier run: deletes its "
+                                          "checkpoints, metrics.json, plots and eval-<split>.json once the new "
+                                          "run is ready to train")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress bar")
     t.add_argument("--no-plots", dest="plots", action="store_false", default=None, help="write no PNG files")
@@ -157,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="BLEU (or exact match) of a checkpoint on a data split")
     ev.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
-    ev.add_argument("--split", default="test", choices=("train", "valid", "test"), help="data split (default test)")
+    ev.add_argument("--split", default="test", choices=("train", "valid", "test"),
+                    help="data split (default test; a copy/reverse checkpoint is scored on its held-out sequences)")
     ev.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
     ev.add_argument("--alpha", type=_non_negative_float, default=0.6, help="length penalty of beam search (default 0.6)")
     ev.add_argument("--average", type=_positive_int, default=None,
@@ -199,12 +207,12 @@ def _settings(args) -> dict:
         s["steps"], s["epochs"] = args.steps, None
     if args.epochs is not None:
         s["epochs"], s["steps"] = args.epochs, None
-    for flag, key in (("dropout", "dropout"), ("d_model", "d_model"), ("heads", "num_heads"), ("d_ff", "d_ff")):
-        value = getattr(args, flag)
+    for option, field in _MODEL_OPTIONS.items():
+        value = getattr(args, option)
         if value is not None:
-            s["model"][key] = value
+            s["model"][field] = value
     if args.layers is not None:
-        s["model"]["num_encoder_layers"] = s["model"]["num_decoder_layers"] = args.layers
+        s["model"]["num_decoder_layers"] = args.layers            # --layers sets both stacks
     return s
 
 
@@ -350,10 +358,6 @@ EVAL_FILES = tuple(f"eval-{split}.json" for split in ("train", "valid", "test", 
 # Options that only switch something off for this command (there is no flag to switch them back on), so a
 # resumed run takes them from this command line, never from the saved run.
 THIS_COMMAND_ONLY = ("progress", "plots")
-
-# The model options of `train` and the TransformerConfig field each one sets.
-_MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads", "layers": "num_encoder_layers",
-                  "d_ff": "d_ff"}
 
 
 def _typed_options(args) -> set:

@@ -139,6 +139,7 @@ def test_gradcheck_prints_a_table(capsys):
     (["train", "--task", "copy", "--steps", "5", "--epochs", "2"], "not allowed with argument"),
     (["train", "--task", "copy", "--dropout", "1.5"], "expected a number in [0, 1)"),
     (["evaluate", "--checkpoint", "x", "--alpha", "-1"], "argument --alpha: expected a number >= 0, got '-1'"),
+    (["train", "--task", "copy", "--resume", "--overwrite"], "argument --overwrite: not allowed with argument --resume"),
     (["translate", "--checkpoint", "x", "--alpha", "-0.5"], "argument --alpha: expected a number >= 0, got '-0.5'"),
     (["train"], "the following arguments are required: --task"),
     (["evaluate", "--checkpoint", "x", "--split", "dev"], "invalid choice: 'dev'"),
