@@ -113,7 +113,8 @@ def _find_file(directory: Path, split: str, lang: str) -> Path:
             return directory / name
     raise FileNotFoundError(
         f"Multi30k file {directory / f'{split}.{lang}'} (or .gz) not found. Put the task-1 raw files there, "
-        f"set {MULTI30K_ENV}, or fetch them with minitransformer.datasets.download_multi30k({str(directory)!r})")
+        f"point to their folder (`train --data-dir DIR`, or {MULTI30K_ENV}), or fetch them: "
+        f"`minitransformer download --dir {directory}` (in Python: datasets.download_multi30k({str(directory)!r}))")
 
 
 def load_multi30k(directory=None, split: str = "train", src_lang: str = "de",
