@@ -182,8 +182,9 @@ def get_rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     """Restore what ``get_rng_state`` returned. A state that cannot be restored raises and changes nothing."""
     if not isinstance(state, dict) or "host" not in state:
+        got = f"a dict with keys {sorted(state)}" if isinstance(state, dict) else type(state).__name__
         raise ValueError(f"set_rng_state: state must be a dict as get_rng_state returns, with a 'host' entry, "
-                         f"got {type(state).__name__}" + (f" with keys {sorted(state)}" if isinstance(state, dict) else ""))
+                         f"got {got}")
     seed = state.get("seed")
     host_rng = _generator_from_state(state["host"], "host")
     if _state.xp is numpy and "device" in state:
