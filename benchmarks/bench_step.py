@@ -537,9 +537,13 @@ class Worker:
     """The parent's handle on a worker subprocess."""
 
     def __init__(self, kind: str, preset: str, threads: int, backend: str = "numpy"):
+        # The thread count also in the environment: BLAS starts with it even where threadpoolctl (which
+        # the worker otherwise uses to set it) is not installed.
+        env = dict(os.environ, **{var: str(threads) for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                                "MKL_NUM_THREADS")})
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
                                       "--worker-preset", preset, "--threads", str(threads), "--backend", backend],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         self.first = self._read()
 
     def _read(self) -> dict:
@@ -573,7 +577,8 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
                  decode_repeats: int, backend: str = "numpy") -> dict:
     shape = SHAPES[preset]
     cfg = model_config(preset)
-    steps = steps or (shape["steps"] if backend == "numpy" else DEVICE_STEPS)
+    if steps is None:
+        steps = shape["steps"] if backend == "numpy" else DEVICE_STEPS
     src, tgt_in, tgt_out = make_batch(preset)
     B, S, T = src.shape[0], src.shape[1], tgt_out.shape[1]
     Ns, Nt = packed_rows(src, tgt_in)
@@ -820,8 +825,17 @@ def main(argv=None) -> int:
     unknown = [s for s in presets if s not in SHAPES]
     if unknown:
         p.error(f"--presets: unknown preset(s) {unknown}; choose from {sorted(SHAPES)}")
+    if not presets:
+        p.error(f"--presets: give at least one of {sorted(SHAPES)}, got {args.presets!r}")
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.steps is not None and args.steps < 1:
+        p.error(f"--steps must be >= 1, got {args.steps}")
+    if args.decode_repeats < 0:
+        p.error(f"--decode-repeats must be >= 0, got {args.decode_repeats}")
+    for option, path in (("--json", args.json), ("--markdown", args.markdown)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            p.error(f"{option}: the folder of {path} does not exist")         # checked before the long run
     if args.backend == "cupy":                                # before any worker starts: CuPy and a GPU are there
         sys.path.insert(0, ROOT)
         import minitransformer as mt

@@ -20,10 +20,16 @@ if str(REPO_ROOT) not in sys.path:          # run from a checkout without instal
 from minitransformer import toy_grammar  # after the path fix above
 
 
+def _seed(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return int(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "data" / "toy", help="output directory")
-    parser.add_argument("--seed", type=int, default=toy_grammar.DEFAULT_SEED, help="random seed")
+    parser.add_argument("--seed", type=_seed, default=toy_grammar.DEFAULT_SEED, help="random seed (>= 0)")
     args = parser.parse_args(argv)
 
     corpus = toy_grammar.generate_corpus(seed=args.seed)

@@ -75,3 +75,30 @@ def test_backend_cupy_without_cupy_stops_before_any_worker(monkeypatch, capsys):
         bench_step.main(["--backend", "cupy", "--presets", "tiny"])
     assert stop.value.code == 2
     assert "--backend cupy: set_backend('cupy') needs CuPy, which is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "--steps must be >= 1, got 0"),              # 0 once meant "the preset's default"
+    (["--presets", ","], "--presets: give at least one of"),
+    (["--decode-repeats", "-1"], "--decode-repeats must be >= 0"),
+    (["--json", "/nonexistent-folder/x.json"], "--json: the folder of /nonexistent-folder/x.json does not exist"),
+])
+def test_bad_arguments_stop_before_any_worker(args, message, monkeypatch, capsys):
+    monkeypatch.setattr(bench_step, "run", lambda *a: pytest.fail("workers started"))
+    with pytest.raises(SystemExit) as stop:
+        bench_step.main(["--presets", "tiny", *args] if args[0] != "--presets" else args)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_workers_get_the_thread_count_in_their_environment(monkeypatch):
+    """BLAS reads it at start-up, so a worker runs on the asked-for threads even without threadpoolctl."""
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, args, env=None, **kwargs):
+            seen.update(env)
+
+    monkeypatch.setattr(bench_step.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(bench_step.Worker, "_read", lambda self: {})
+    bench_step.Worker("ours", "tiny", 3)
+    assert {seen[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")} == {"3"}

@@ -68,6 +68,22 @@ def test_make_toy_corpus_script(tmp_path, corpus):
     assert load_toy("test", directory=tmp_path) == corpus["test"]
 
 
+@pytest.mark.parametrize("seed", ["-1", "x"])
+def test_make_toy_corpus_script_refuses_a_bad_seed(seed, tmp_path, capsys):
+    import runpy
+    import sys
+
+    argv = sys.argv
+    try:
+        sys.argv = ["make_toy_corpus.py", "--out", str(tmp_path), "--seed", seed]
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(str(REPO / "data" / "make_toy_corpus.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert stop.value.code == 2 and "argument --seed: expected a non-negative integer" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())                        # nothing written
+
+
 def test_sentences_are_clean(corpus):
     for pairs in corpus.values():
         for en, de in pairs:
