@@ -100,6 +100,11 @@ def unpack_batch(batch, pad_id: int = 0):
     return src, tgt_in, tgt_out, tokens
 
 
+def _int(value):
+    """A count given as a NumPy integer becomes a plain int (it goes into checkpoints as JSON); None stays."""
+    return None if value is None else int(value)
+
+
 def _grad_norm(params) -> float:
     xp = backend.xp()
     return float(xp.sqrt(sum(xp.vdot(p.grad.ravel(), p.grad.ravel()) for p in params)))
@@ -121,12 +126,13 @@ class Trainer:
                  where the run stops, never what it computes
     eval_every   evaluate every so many steps (validation loss and metric); None: only at the end
     metric_fn    metric_fn(model) -> float, e.g. exact match or BLEU, computed in eval mode
-    target       stop as soon as metric_fn reaches this value (needs metric_fn)
+    target       stop as soon as metric_fn reaches this value (needs metric_fn and eval_every)
     checkpoint_dir, save_every, keep   write checkpoint-<step>.npz every save_every steps and at the end,
                  keep the last ``keep``, and checkpoint.npz = the latest (None: no checkpoints). A folder that
                  already holds another run's checkpoints is refused when training starts (ValueError):
                  continue that run with ``resume(checkpoint_dir)`` first, or choose an empty folder
     on_nonfinite "stop": raise NonFiniteError at a NaN/inf loss or gradient; "skip": drop that step
+    max_skips    with "skip": raise NonFiniteError after this many dropped steps in a row (default 100)
     progress     show a tqdm progress bar with loss, tokens/s and lr
     config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
 
@@ -142,9 +148,15 @@ class Trainer:
                  on_nonfinite: str = "stop", progress: bool = True, config: dict | None = None,
                  tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100):
         for name, value in (("max_steps", max_steps), ("max_epochs", max_epochs), ("eval_every", eval_every),
-                            ("save_every", save_every)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                            ("save_every", save_every), ("max_skips", max_skips)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, numpy.integer))
+                                      or value < 1):
                 raise ValueError(f"Trainer: {name} must be a positive int or None, got {value!r}")
+        if max_skips is None:
+            raise ValueError("Trainer: max_skips must be a positive int, got None")
+        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float, numpy.floating))
+                                   or not math.isfinite(target)):
+            raise ValueError(f"Trainer: target must be a finite number (the metric to reach) or None, got {target!r}")
         for name, value in (("clip_norm", clip_norm), ("max_seconds", max_seconds)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not value > 0 or not math.isfinite(value)):
@@ -155,17 +167,22 @@ class Trainer:
             raise ValueError(f"Trainer: on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}")
         if target is not None and metric_fn is None:
             raise ValueError("Trainer: target needs a metric_fn to compare it with")
+        if target is not None and eval_every is None:
+            raise ValueError("Trainer: target needs eval_every: the metric is compared with it at each evaluation "
+                             "(without eval_every there is only the final one, after the last step)")
         if metric_fn is not None and not callable(metric_fn):
             raise TypeError(f"Trainer: metric_fn must be callable(model) -> float, got {type(metric_fn).__name__}")
         if save_every is not None and checkpoint_dir is None:
             raise ValueError("Trainer: save_every needs a checkpoint_dir to save into")
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_data = _as_source(train_data, "train_data")
+        if valid_data is not None and not hasattr(valid_data, "__iter__"):
+            raise TypeError(f"Trainer: valid_data must be a list of batches or None, got {type(valid_data).__name__}")
         self.valid_data = None if valid_data is None else list(valid_data)
         self.clip_norm = clip_norm
-        self.max_steps, self.max_epochs, self.max_seconds = max_steps, max_epochs, max_seconds
-        self.eval_every, self.metric_fn, self.target = eval_every, metric_fn, target
-        self.save_every, self.on_nonfinite, self.max_skips = save_every, on_nonfinite, max_skips
+        self.max_steps, self.max_epochs, self.max_seconds = _int(max_steps), _int(max_epochs), max_seconds
+        self.eval_every, self.metric_fn, self.target = _int(eval_every), metric_fn, target
+        self.save_every, self.on_nonfinite, self.max_skips = _int(save_every), on_nonfinite, int(max_skips)
         self.progress = progress
         self.config, self.tokenizers, self.extra = config, dict(tokenizers or {}), dict(extra or {})
         self.checkpoints = None if checkpoint_dir is None else CheckpointManager(checkpoint_dir, keep=keep)
@@ -229,13 +246,15 @@ class Trainer:
             return float("nan")
         self.model.eval()
         total, count = 0.0, 0
-        for batch in self.valid_data:
-            src, tgt_in, tgt_out, _ = unpack_batch(batch, self.pad_id)
-            loss = self.loss_fn(self.model(src, tgt_in), tgt_out)
-            n = getattr(self.loss_fn, "num_tokens", 1)
-            total += loss * n
-            count += n
-        self.model.train()
+        try:
+            for batch in self.valid_data:
+                src, tgt_in, tgt_out, _ = unpack_batch(batch, self.pad_id)
+                loss = self.loss_fn(self.model(src, tgt_in), tgt_out)
+                n = getattr(self.loss_fn, "num_tokens", 1)
+                total += loss * n
+                count += n
+        finally:
+            self.model.train()                 # also when a batch is refused: training goes on in training mode
         return total / count if count else float("nan")
 
     def evaluate(self) -> tuple:
@@ -244,8 +263,13 @@ class Trainer:
         metric = float("nan")
         if self.metric_fn is not None:
             self.model.eval()
-            metric = float(self.metric_fn(self.model))
-            self.model.train()
+            try:
+                value = self.metric_fn(self.model)
+            finally:
+                self.model.train()
+            if isinstance(value, bool) or not isinstance(value, (int, float, numpy.number)):
+                raise TypeError(f"Trainer: metric_fn must return a number, got {type(value).__name__} ({value!r})")
+            metric = float(value)
         self.valid_history.append((self.step, valid_loss, metric))
         return valid_loss, metric
 

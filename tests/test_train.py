@@ -254,6 +254,27 @@ def test_bad_arguments_are_named():
         make_trainer(max_steps=0)
     with pytest.raises(ValueError, match="target needs a metric_fn"):
         make_trainer(max_steps=1, target=1.0)
+    metric = lambda model: 0.5
+    for bad, match in [({"max_skips": 0}, "max_skips must be a positive int"),   # 0 made "skip" stop at once
+                       ({"max_skips": 2.5}, "max_skips must be a positive int"),
+                       ({"max_skips": "3"}, "max_skips must be a positive int"),
+                       ({"target": "0.9", "eval_every": 1}, "target must be a finite number"),
+                       ({"target": float("nan"), "eval_every": 1}, "target must be a finite number"),
+                       ({"target": 0.9}, "target needs eval_every"),              # never compared before the end
+                       ({"valid_data": 5}, "valid_data must be a list of batches")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            make_trainer(max_steps=1, metric_fn=metric, **bad)
+    trainer = make_trainer(max_steps=np.int64(2), eval_every=np.int64(1))        # NumPy integers count too
+    assert type(trainer.max_steps) is int and trainer.max_steps == 2
+
+
+@pytest.mark.parametrize("metric_fn, error", [(lambda model: {}["missing"], KeyError),
+                                              (lambda model: None, TypeError)])
+def test_a_failing_metric_leaves_the_model_in_training_mode(metric_fn, error):
+    trainer = make_trainer(max_steps=2, eval_every=1, metric_fn=metric_fn)
+    with pytest.raises(error, match="metric_fn must return a number" if error is TypeError else "missing"):
+        trainer.fit()
+    assert trainer.model.training
 
 
 # ------------------------------------------------------------------------------------------ SIGKILL
