@@ -228,15 +228,13 @@ class ModuleList(Module):
         return list(self._modules.values())[i]
 
 
-def _outermost(kind: str, method, self, *args, **kwargs):
-    """Run ``method``; True as well if this is the outermost call of its kind on ``self``. A subclass's forward
-    or backward may call the parent's (``super().backward(...)``), itself wrapped: only the outermost call
-    speaks for the module, the inner ones just run."""
-    if kind in self._running:
-        return method(self, *args, **kwargs), False
+def _run_marked(self, kind: str, method, args, kwargs):
+    """Run ``method`` with ``kind`` ("forward"/"backward") marked as running on ``self``. A subclass's forward
+    or backward may call the parent's (``super().backward(...)``), itself wrapped: the mark tells that inner
+    call that it is not the one that speaks for the module."""
     self._running.add(kind)
     try:
-        return method(self, *args, **kwargs), True
+        return method(self, *args, **kwargs)
     finally:
         self._running.discard(kind)
 
@@ -244,10 +242,11 @@ def _outermost(kind: str, method, self, *args, **kwargs):
 def _noting_forward(forward):
     @functools.wraps(forward)
     def wrapper(self, *inputs, **kwargs):
-        out, outermost = _outermost("forward", forward, self, *inputs, **kwargs)
-        if outermost:
-            object.__setattr__(self, "_forward_pending", True)
-            object.__setattr__(self, "_output_shape", tuple(out.shape) if hasattr(out, "shape") else None)
+        if "forward" in self._running:                                   # super().forward inside a forward
+            return forward(self, *inputs, **kwargs)
+        out = _run_marked(self, "forward", forward, inputs, kwargs)
+        object.__setattr__(self, "_forward_pending", True)
+        object.__setattr__(self, "_output_shape", tuple(out.shape) if hasattr(out, "shape") else None)
         return out
 
     return wrapper
@@ -258,12 +257,12 @@ def _checking_backward(backward):
 
     @functools.wraps(backward)
     def wrapper(self, *args, **kwargs):
-        if "backward" not in self._running:                              # the outermost call checks
-            self._check_backward(dout_name, args[0] if args else kwargs.get(dout_name))
-        grads, outermost = _outermost("backward", backward, self, *args, **kwargs)
-        if outermost:
-            object.__setattr__(self, "_awaiting_backward", False)
-            object.__setattr__(self, "_forward_pending", False)
+        if "backward" in self._running:                                  # super().backward inside a backward
+            return backward(self, *args, **kwargs)
+        self._check_backward(dout_name, args[0] if args else kwargs.get(dout_name))
+        grads = _run_marked(self, "backward", backward, args, kwargs)
+        object.__setattr__(self, "_awaiting_backward", False)
+        object.__setattr__(self, "_forward_pending", False)
         return grads
 
     return wrapper

@@ -39,6 +39,7 @@ from .checkpoint import (
     load_checkpoint,
     resolve_checkpoint,
 )
+from .layers._checks import check_positive_int
 from .optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
@@ -148,12 +149,10 @@ class Trainer:
                  on_nonfinite: str = "stop", progress: bool = True, config: dict | None = None,
                  tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100):
         for name, value in (("max_steps", max_steps), ("max_epochs", max_epochs), ("eval_every", eval_every),
-                            ("save_every", save_every), ("max_skips", max_skips)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, numpy.integer))
-                                      or value < 1):
-                raise ValueError(f"Trainer: {name} must be a positive int or None, got {value!r}")
-        if max_skips is None:
-            raise ValueError("Trainer: max_skips must be a positive int, got None")
+                            ("save_every", save_every)):
+            if value is not None:
+                check_positive_int("Trainer", name, value)
+        check_positive_int("Trainer", "max_skips", max_skips)
         if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float, numpy.floating))
                                    or not math.isfinite(target)):
             raise ValueError(f"Trainer: target must be a finite number (the metric to reach) or None, got {target!r}")
