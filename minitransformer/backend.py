@@ -84,9 +84,8 @@ def set_backend(name: str | types.ModuleType) -> None:
 
     A module object that mimics NumPy's API may also be passed (the test suite uses one that behaves
     like CuPy at the device boundary, tests/fakecupy.py): its ``__backend_name__`` (else ``__name__``)
-    becomes the backend's name, its ``random.default_rng(seed)`` makes the dropout generator, and a
-    ``scatter_add`` function, if it has one, stands in for ``add.at``. Parameters created before the
-    switch stay where they were: build the model after choosing the backend.
+    becomes the backend's name, and its ``random.default_rng(seed)`` makes the dropout generator.
+    Parameters created before the switch stay where they were: build the model after choosing the backend.
     """
     if isinstance(name, types.ModuleType):
         _state.name, _state.xp = getattr(name, "__backend_name__", name.__name__), name
@@ -238,18 +237,16 @@ def is_array(x) -> bool:
 def scatter_add(target, indices, values) -> None:
     """target[indices] += values, adding every repeat of an index (``target[idx] += v`` would keep only one).
 
-    NumPy has ``np.add.at``; CuPy spells it ``cupyx.scatter_add`` (its ufuncs have no ``.at`` before v13).
-    A NumPy-like module given to ``set_backend`` whose ufuncs lack ``.at`` provides
-    ``scatter_add(target, indices, values)``, cupyx's signature, instead (tests/fakecupy.py does).
+    ``add.at`` in NumPy and in CuPy 12 and later; CuPy's own older spelling, ``cupyx.scatter_add``, runs the
+    same kernel and is what CuPy before v12 has.
     """
-    if _state.name == "cupy":
+    xp = _state.xp
+    if hasattr(xp.add, "at"):
+        xp.add.at(target, indices, values)
+    else:                                                   # CuPy before v12: its ufuncs have no .at
         import cupyx
 
         cupyx.scatter_add(target, indices, values)
-    elif _state.xp is not numpy and hasattr(_state.xp, "scatter_add"):
-        _state.xp.scatter_add(target, indices, values)
-    else:
-        _state.xp.add.at(target, indices, values)
 
 
 # ----------------------------------------------------------------------------- CPU threads

@@ -23,8 +23,8 @@ CuPy semantics it mirrors:
 - reductions and scalar indexing return 0-d arrays, never NumPy scalars (``x.sum()`` stays on the device);
 - ``random.default_rng(seed)`` gives a Generator with CuPy's smaller API: ``random``, ``uniform``,
   ``standard_normal``, ``integers`` (no ``normal``, ``choice``, ``permutation``, ``shuffle``);
-- ufuncs have no ``.at`` (CuPy before v13): the scatter-add is ``scatter_add(a, slices, value)``,
-  ``cupyx.scatter_add``'s signature, which ``backend.scatter_add`` calls for a backend without ``add.at``.
+- the scatter-add is ``add.at(a, indices, b)``, as on CuPy 12 and later (the only ufunc ``.at`` here: the
+  one the package uses).
 
 ``transfers`` records the copies each way (``transfers.host_sizes``, ``transfers.to_device``), so a test
 can check that a training step pulls only scalars to the host. Only the subset of CuPy's namespace the
@@ -315,13 +315,6 @@ def asnumpy(a, stream=None):
     return a.get() if isinstance(a, ndarray) else numpy.asarray(a)
 
 
-def scatter_add(a, slices, value):
-    """a[slices] += value with every repeated index added: ``cupyx.scatter_add`` (NumPy's ``add.at``)."""
-    if not isinstance(a, ndarray):
-        raise _unsupported(a)
-    numpy.add.at(a._a, _index(slices), _operand(value))
-
-
 def get_array_module(*args):
     return sys.modules[__name__] if any(isinstance(a, ndarray) for a in args) else numpy
 
@@ -332,7 +325,7 @@ for _name in (
     # creation
     "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "zeros_like", "ones_like", "empty_like",
     "full_like",
-    # elementwise (ufuncs, but without .at: see scatter_add)
+    # elementwise (ufuncs; add.at below)
     "add", "subtract", "multiply", "divide", "true_divide", "negative", "power", "exp", "log", "log1p",
     "expm1", "sqrt", "square", "abs", "absolute", "tanh", "sin", "cos", "maximum", "minimum", "isfinite",
     "isnan", "isinf", "sign", "logical_and", "logical_or", "logical_not", "equal", "not_equal", "less",
@@ -345,6 +338,16 @@ for _name in (
     "ascontiguousarray", "allclose", "array_equal",
 ):
     globals()[_name] = _function(getattr(numpy, _name), _name)
+
+
+def _add_at(a, indices, b=None):
+    """a[indices] += b with every repeated index added: CuPy's ``ufunc.at(a, indices, b=None)``."""
+    if not isinstance(a, ndarray):
+        raise _unsupported(a)
+    numpy.add.at(a._a, _index(indices), _operand(b))
+
+
+globals()["add"].at = _add_at                               # add, like the names above, is made in the loop
 
 # dtypes and constants: CuPy uses NumPy's.
 dtype, iinfo, finfo = numpy.dtype, numpy.iinfo, numpy.finfo

@@ -145,7 +145,7 @@ def test_the_fake_has_cupys_smaller_api():
         assert not hasattr(rng, missing)
     draws = rng.random((2, 3), dtype=np.float32)
     assert isinstance(draws, fakecupy.ndarray) and draws.dtype == np.float32
-    assert not hasattr(fakecupy.add, "at")                    # scatter-add is fakecupy.scatter_add, as cupyx's
+    assert list(inspect.signature(fakecupy.add.at).parameters) == ["a", "indices", "b"]   # cupy.ufunc.at's
 
 
 def test_the_fake_offers_nothing_cupy_lacks():
@@ -153,12 +153,12 @@ def test_the_fake_offers_nothing_cupy_lacks():
     parameter names: else a step that passes on the fake would fail on a GPU with an AttributeError or an
     unexpected keyword. Needs CuPy importable, not a GPU (CuPy imports without a CUDA driver)."""
     cupy = pytest.importorskip("cupy")
-    import cupyx
-
     own = {"transfers", "Generator", "annotations"}             # the fake's bookkeeping; cupy.random.Generator below
     missing = [name for name, value in vars(fakecupy).items()
                if not name.startswith("_") and name not in own and not isinstance(value, types.ModuleType)
-               and not hasattr(cupyx if name == "scatter_add" else cupy, name)]
+               and not hasattr(cupy, name)]
+    missing += [f"{name}.at" for name, value in vars(fakecupy).items()
+                if hasattr(value, "at") and not hasattr(getattr(cupy, name, None), "at")]
     missing += [f"ndarray.{name}" for name in dir(fakecupy.ndarray)
                 if not name.startswith("_") and not hasattr(cupy.ndarray, name)]
     assert missing == [], f"the fake has names real CuPy {cupy.__version__} lacks: {missing}"
@@ -175,9 +175,7 @@ def cupy_parameter_names(cupy, owner, name):
     """The parameter names of CuPy's function or method ``name`` (owner: "cupy", "cupy.ndarray" or
     "cupy.random.Generator"). ndarray's methods are compiled and have no signature to inspect: their
     docstring's first line is the signature, "_ndarray_base.sum(self, axis=None, dtype=None, ...)"."""
-    import cupyx
-
-    obj = {"cupy": cupyx if name == "scatter_add" else cupy, "cupy.ndarray": cupy.ndarray,
+    obj = {"cupy": cupy, "cupy.ndarray": cupy.ndarray,
            "cupy.random.Generator": cupy.random.Generator}[owner]
     f = getattr(obj, name)
     if isinstance(f, cupy.ufunc):
@@ -205,6 +203,7 @@ def test_the_package_calls_cupy_only_with_keywords_cupy_takes(monkeypatch, tmp_p
             def recording(*args, _f=f, _name=name, **kwargs):
                 keywords.update((label, _name, k) for k in kwargs)
                 return _f(*args, **kwargs)
+            recording.__dict__.update(f.__dict__)             # add.at stays on add
             monkeypatch.setattr(owner, name, recording)
 
     record(fakecupy, "cupy")
@@ -229,7 +228,7 @@ def test_the_package_calls_cupy_only_with_keywords_cupy_takes(monkeypatch, tmp_p
     assert refused == [], f"keywords CuPy {cupy.__version__} does not take: {refused}"
 
 
-def test_backend_scatter_add_takes_the_cupy_path():
+def test_backend_scatter_add_adds_every_repeat_on_the_device():
     xp = use("fakecupy")
     target = xp.zeros((4, 2), dtype=xp.float32)               # (V,D)
     mt.backend.scatter_add(target, xp.asarray([1, 3, 1]), xp.ones((3, 2), dtype=xp.float32))
