@@ -331,6 +331,8 @@ def test_parallel_map_keeps_order_and_really_runs_concurrently():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+# Python 3.12+ warns at any fork of a process with threads: forking with the pool's threads alive is the point here.
+@pytest.mark.filterwarnings("ignore:.*use of fork\\(\\) may lead to deadlocks:DeprecationWarning")
 def test_parallel_map_works_in_a_forked_child():
     # The parent's pool exists (and its threads do not, in the child): the child must not wait for them.
     mt.backend.set_num_threads(2)
