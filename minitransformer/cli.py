@@ -693,8 +693,9 @@ def cmd_evaluate(args) -> int:
 
 def gradcheck_cases(rng: numpy.random.Generator):
     """(label, module, inputs) for every layer class, built in float64 with small, distinct sizes."""
-    from . import layers, masks
-    from .model import DecoderLayer, EncoderLayer, Transformer, TransformerConfig
+    from . import layers, masks, model
+    from .loss import CrossEntropyLoss
+    from .module import Parameter
 
     B, S, T, D, H, F, V = 2, 5, 4, 6, 2, 10, 7
 
@@ -713,22 +714,25 @@ def gradcheck_cases(rng: numpy.random.Generator):
         ("Dropout", layers.Dropout(0.3), (x(B, T, D),)),
         ("ReLU", layers.ReLU(), (x(B, T, D),)),
         ("Softmax", layers.Softmax(axis=-1), (x(B, T, D),)),
+        ("Mask", layers.Mask(), (x(B, H, T, S), src_mask)),
         ("LayerNorm", layers.LayerNorm(D), (x(B, T, D),)),
         ("PositionwiseFeedForward", layers.PositionwiseFeedForward(D, F), (x(B, T, D),)),
+        ("SublayerConnection (around an FFN)", _Residual(D, F), (x(B, T, D),)),
         ("ScaledDotProductAttention", layers.ScaledDotProductAttention(),
          (x(B, H, T, 3), x(B, H, S, 3), x(B, H, S, 3), src_mask)),
         ("MultiHeadAttention (self, causal)", _SelfAttention(layers.MultiHeadAttention(D, H)),
          (x(B, T, D), tgt_mask)),
         ("MultiHeadAttention (cross)", layers.MultiHeadAttention(D, H), (x(B, T, D), x(B, S, D), x(B, S, D), src_mask)),
-        ("EncoderLayer", EncoderLayer(D, H, F), (x(B, S, D), src_mask)),
-        ("DecoderLayer", DecoderLayer(D, H, F), (x(B, T, D), x(B, S, D), tgt_mask, src_mask)),
+        ("EncoderLayer", model.EncoderLayer(D, H, F), (x(B, S, D), src_mask)),
+        ("DecoderLayer", model.DecoderLayer(D, H, F), (x(B, T, D), x(B, S, D), tgt_mask, src_mask)),
+        ("Encoder (2 layers)", model.Encoder(2, D, H, F), (x(B, S, D), src_mask)),
+        ("Decoder (2 layers)", model.Decoder(2, D, H, F), (x(B, T, D), x(B, S, D), tgt_mask, src_mask)),
+        ("TiedProjection", model.TiedProjection(Parameter(x(V, D))), (x(B, T, D),)),
     ]
-    config = TransformerConfig(V, V, d_model=D, num_heads=H, num_encoder_layers=2, num_decoder_layers=2, d_ff=F,
-                               dropout=0.0, max_len=16, share_embeddings=True)
-    cases.append(("Transformer", Transformer(config), (src, tgt)))
+    config = model.TransformerConfig(V, V, d_model=D, num_heads=H, num_encoder_layers=2, num_decoder_layers=2,
+                                     d_ff=F, dropout=0.0, max_len=16, share_embeddings=True)
+    cases.append(("Transformer", model.Transformer(config), (src, tgt)))
     target = numpy.array([[4, 6, 5, 2], [3, 4, 2, 0]])                         # (B,T)
-    from .loss import CrossEntropyLoss
-
     cases.append(("CrossEntropyLoss", _LossModule(CrossEntropyLoss(ignore_index=0, label_smoothing=0.1), target),
                   (x(B, T, V),)))
     return cases
@@ -747,6 +751,24 @@ class _SelfAttention(Module):
     def backward(self, dout):
         dq, dk, dv = self.mha.backward(dout)
         return dq + dk + dv                                                    # (B,T,D)
+
+
+class _Residual(Module):
+    """The paper's sublayer connection around a feed-forward network, as EncoderLayer uses it:
+    forward(x) = LayerNorm(x + Dropout(FFN(x))); backward adds the path around the FFN to the path through it."""
+
+    def __init__(self, d_model, d_ff):
+        from . import layers
+
+        super().__init__()
+        self.ffn = layers.PositionwiseFeedForward(d_model, d_ff)
+        self.sublayer = layers.SublayerConnection(d_model, dropout=0.3)
+
+    def forward(self, x):
+        return self.sublayer(x, self.ffn)                                      # (B,T,D)
+
+    def backward(self, dout):
+        return self.sublayer.backward(dout, self.ffn.backward)                 # (B,T,D)
 
 
 class _LossModule(Module):
