@@ -16,7 +16,7 @@
 #
 # Settings (environment): PYTHON (python3), PRESETS (tiny,small,base), STEPS (timed steps per run, 20),
 # BENCH_ARGS (extra bench_step.py arguments), CPU_BASE_MS (the base step on 2 CPU cores, default the
-# README's CPU table: gives the GPU speed-up against issue 6's 30x target). Every stage runs even if an
+# README's faster CPU run, C: gives the GPU speed-up against issue 6's 30x target). Every stage runs even if an
 # earlier one failed; the exit status is 0 only if all passed. Expect about 3-5 minutes on an H200, much of
 # it CuPy compiling its kernels on a fresh machine; each stage has its own time limit (150 + 150 + 240 s),
 # so that the whole stays inside one 600 s device call and a stuck stage still leaves the others' results
@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.." || exit 2
 PYTHON=${PYTHON:-python3}
 PRESETS=${PRESETS:-tiny,small,base}
 STEPS=${STEPS:-20}
-CPU_BASE_MS=${CPU_BASE_MS:-2485}                 # README speed table: base, ours ms on 2 threads
+CPU_BASE_MS=${CPU_BASE_MS:-2485}                 # README run C: base, ours ms, 2 threads (the faster CPU, the stricter 30x)
 OUT_DIR=${OUT:-benchmarks/gpu-results}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
