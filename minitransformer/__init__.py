@@ -2,7 +2,9 @@
 
 Shape letters used in every docstring and comment:
     B batch, S source length, T target length, D d_model, H heads, Dk head size (D / H),
-    F d_ff, V vocabulary size, N = B*T rows of a flattened batch.
+    F d_ff, V vocabulary size, N rows of a flattened batch: B*T, or only the real (non-pad) tokens'
+    rows when the stacks skip padding (masks.Packing); Ns, Nt, Nq, Nk: the same for the source, target,
+    query and key side. (The paper's N, the number of layers in each stack, appears as "×N" in model.py.)
 """
 
 from . import (

@@ -67,7 +67,7 @@ class Packing:
             raise ValueError(f"Packing: ids must be a 2-D integer array (B, T) of token ids, "
                              f"got {getattr(ids, 'shape', type(ids).__name__)}")
         check_pad_id("Packing", pad_id)
-        xp = numpy if isinstance(ids, numpy.ndarray) else backend.xp()   # device ids: CuPy counts them on the host
+        xp = numpy if isinstance(ids, numpy.ndarray) else backend.xp()   # device ids: counted there; int() syncs
         self.shape = tuple(int(n) for n in ids.shape)                  # (B, T)
         real = ids.reshape(-1) != pad_id                                # (B*T,) bool
         self.size = int(real.sum())                                     # N

@@ -200,7 +200,7 @@ class EncoderLayer(Module):
 
     def _self_attn_backward(self, dout):
         dquery, dkey, dvalue = self.self_attn.backward(dout)
-        return dquery + dkey + dvalue                          # x was query, key and value (B,S,D)
+        return dquery + dkey + dvalue                          # x was query, key and value (B,S,D) or (N,D)
 
 
 class DecoderLayer(Module):
@@ -228,7 +228,7 @@ class DecoderLayer(Module):
         y = self.sublayer_cross(y, lambda h: self.cross_attn(h, memory, memory, src_mask, packing))  # (B,T,D)
         return self.sublayer_ffn(y, self.ffn)                  # (B,T,D)   (or (Nt,D), each of the three)
 
-    def backward(self, dout):                                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
+    def backward(self, dout):                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D); or (Nt,D), (Ns,D)
         dy = self.sublayer_ffn.backward(dout, self.ffn.backward)
         dy = self.sublayer_cross.backward(dy, self._cross_attn_backward)
         dy = self.sublayer_self.backward(dy, self._self_attn_backward)
@@ -237,12 +237,12 @@ class DecoderLayer(Module):
 
     def _cross_attn_backward(self, dout):
         dquery, dkey, dvalue = self.cross_attn.backward(dout)
-        self._dmemory = dkey + dvalue                          # memory was key and value (B,S,D)
-        return dquery                                          # y was the query (B,T,D)
+        self._dmemory = dkey + dvalue                          # memory was key and value (B,S,D) or (Ns,D)
+        return dquery                                          # y was the query (B,T,D) or (Nt,D)
 
     def _self_attn_backward(self, dout):
         dquery, dkey, dvalue = self.self_attn.backward(dout)
-        return dquery + dkey + dvalue                          # (B,T,D)
+        return dquery + dkey + dvalue                          # (B,T,D) or (Nt,D)
 
     # -- inference, one new position at a time -----------------------------------------------------
     def project_memory(self, memory):
@@ -290,7 +290,7 @@ class Encoder(Module):
             x = layer(x, mask, packing)                        # (B,S,D) or (N,D)
         return self.norm(x) if self.norm is not None else x    # (B,S,D) or (N,D)
 
-    def backward(self, dout):                                  # dout (B,S,D) -> dx (B,S,D)
+    def backward(self, dout):                                  # dout (B,S,D) -> dx (B,S,D), or (N,D) each
         dx = self.norm.backward(dout) if self.norm is not None else dout
         for layer in reversed(list(self.layers)):
             dx = layer.backward(dx)
@@ -402,7 +402,8 @@ class Transformer(Module):
     Padding is skipped, not computed: the encoder and decoder stacks run on the rows of the real tokens
     only (see ``masks.Packing``). The loss and every gradient are those of the padded computation; what
     changes is the output at padded positions of tgt_in, which no loss reads: their logits are those of a
-    zero vector (0 with the tied projection, the bias without), and their dlogits are ignored; ``encode``
+    zero vector (0 with the tied projection, the bias without), and their dlogits reach no weight (only an
+    untied projection's bias, as in the padded computation); ``encode``
     gives zero memory rows at padded source positions. So the gradients equal those of the padded
     computation when dlogits is 0 wherever tgt_in is padding, as the loss makes it when tgt_out is padding
     there too (true of right-padded batches, tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:]).
@@ -540,7 +541,9 @@ class Transformer(Module):
     # -- inspection ---------------------------------------------------------------------------------
     def attention_maps(self) -> dict:
         """The attention weights of the last forward (or decoding step), as NumPy arrays for plots.
-        {'encoder': [(B,H,S,S) per layer], 'decoder_self': [(B,H,T,T)], 'decoder_cross': [(B,H,T,S)]}"""
+        {'encoder': [(B,H,S,S) per layer], 'decoder_self': [(B,H,T,T)], 'decoder_cross': [(B,H,T,S)]}; after
+        a decoding step, decoder_self (B,H,1,t) and decoder_cross (B,H,1,S), t the positions decoded so far
+        and B the rows still decoding (B*beam_size in beam search)."""
         def weights(attention):
             return None if attention.attn is None else backend.to_numpy(attention.attn)
         return {

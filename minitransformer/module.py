@@ -4,9 +4,11 @@ A ``Parameter`` is a pair of arrays, ``data`` and ``grad``, of the same shape.
 A ``Module`` has ``forward`` (computes the output and caches what backward needs) and ``backward``
 (takes dL/d(output), returns dL/d(input) and ADDS into the ``grad`` of its parameters).
 
-Why add (+=) and never assign: a value used twice (a residual branch, a tied embedding, the encoder
-output read by every decoder layer) receives one gradient from each use, and the sum is the total.
-``zero_grad()`` clears the sums before the next step.
+Why add (+=) and never assign: a Parameter used twice (the target embedding tied to the output
+projection, or one embedding shared by source and target) receives one gradient from each use, and the
+sum is the total. ``zero_grad()`` clears the sums before the next step. Activations used twice (a
+residual branch, the encoder output read by every decoder layer) follow the same rule, written out as
+explicit sums in backward (``dx = dout + sublayer.backward(dout)``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Optimisers and the learning-rate schedule of the paper (section 5.3): SGD, Adam, NoamSchedule, clip_grad_norm.
+"""Adam and the learning-rate schedule of the paper (section 5.3), NoamSchedule; and SGD and clip_grad_norm,
+which the paper does not use.
 
 An optimiser holds the list of Parameters and, for each, the state its update rule needs (Adam's two
 moving averages, SGD's momentum buffer), keyed by the parameter's index in that list: layers never

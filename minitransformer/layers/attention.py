@@ -49,7 +49,8 @@ class ScaledDotProductAttention(Module):
     ``.attn`` keeps the weights (B,H,Tq,Tk) after softmax, before dropout, for plots.
     A query row whose keys are all masked gets zero weights (and a zero output) instead of a uniform
     average over padding.
-    Cache: q, k, v, the weights after dropout, and the children's caches.
+    Cache: q, k, v, the weights after dropout, the scale 1/sqrt(d_k), whether a mask was given and which
+    query rows had every key masked (their gradient is zero), and the children's caches.
     """
 
     def __init__(self, dropout: float = 0.0):
@@ -70,7 +71,7 @@ class ScaledDotProductAttention(Module):
         attn = self.softmax(scores)                            # (B,H,Tq,Tk), rows sum to 1
         self.empty_rows = None
         if mask is not None:
-            self.empty_rows = ~mask.any(axis=-1, keepdims=True)  # (B,1|H,Tq|1,1) rows with no key at all
+            self.empty_rows = ~mask.any(axis=-1, keepdims=True)  # (B|1,1|H,Tq|1,1) rows with no key at all
             attn = xp.where(self.empty_rows, attn.dtype.type(0), attn)
         self.attn = attn
         self.attn_dropped = self.dropout(attn)                 # (B,H,Tq,Tk)

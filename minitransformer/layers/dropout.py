@@ -10,7 +10,8 @@ from ._checks import check_float_array, check_probability
 class Dropout(Module):
     """out = x * m / (1 - p), m ~ Bernoulli(1 - p) per element; the identity in eval mode.
                                                                             Shapes: (...) -> (...)
-    Scaling by 1/(1-p) during training keeps E[out] = x, so nothing changes at inference.
+    Scaling by 1/(1-p) during training keeps E[out] = x (to within the rounding of p, below), so nothing
+    changes at inference.
     The mask is drawn with ``backend.device_rng()`` (through ``backend.random_uint16``): ``mt.manual_seed``
     makes it reproducible. It comes from 16-bit random integers, so the drop rate is p rounded to a
     multiple of 1/65536 (see forward).

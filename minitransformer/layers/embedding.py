@@ -12,8 +12,9 @@ from ._checks import check_ids, check_positive_int
 class Embedding(Module):
     """out = E[ids] (* sqrt(d_model) when scale=True, as in the paper's §3.4).   Shapes: (B,T) int -> (B,T,D)
 
-    E is initialised N(0, d_model^-0.5), so that with the sqrt(d_model) scale the embedded vectors
-    have unit-size entries, comparable to the positional encodings added to them.
+    E is initialised from a normal with mean 0 and standard deviation d_model^-0.5, so that with the
+    sqrt(d_model) scale the embedded vectors have unit-size entries, comparable to the positional
+    encodings added to them.
     Backward is a scatter-add: a token that appears k times in the batch receives the sum of its k
     gradients. (``dE[ids] += dout`` would keep only one of them - a classic silent bug.)
     Cache: the ids.

@@ -12,6 +12,7 @@ from .linear import Linear
 class PositionwiseFeedForward(Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2, the same two layers at every position.
                                                                      Shapes: (B,T,D) -> (B,T,F) -> (B,T,D)
+    Any leading axes work: inside the Transformer x is the packed (N,D) rows of the real tokens.
     The optional dropout on the hidden activations is the one torch.nn.Transformer applies.
     Cache: held by the four child layers.
     """

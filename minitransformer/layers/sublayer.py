@@ -17,6 +17,7 @@ class SublayerConnection(Module):
         dx = self.sublayer.backward(dout, self.ffn.backward)        # backward
     ``sublayer_backward`` maps d(sublayer output) to d(sublayer input).
     The residual is explicit in backward: the gradient flows both through the sublayer and around it.
+    Inside the Transformer x is the packed (N,D) rows of the real tokens; any leading axes work.
     Cache: held by the LayerNorm and Dropout children.
     """
 
