@@ -128,8 +128,8 @@ def get_default_dtype() -> numpy.dtype:
 
 def _new_device_rng(seed):
     if _state.xp is numpy:
-        # One stream for everything on the CPU backend: host_rng and device_rng are distinct
-        # Generators so that dropout draws do not shift the data order.
+        # On the CPU backend, host_rng and device_rng are two independent streams (seed and [seed, 1]),
+        # so that dropout draws do not shift the data order.
         return numpy.random.default_rng(None if seed is None else [seed, 1])
     return _state.xp.random.default_rng(None if seed is None else seed + 1)
 
@@ -171,7 +171,8 @@ def random_uint16(shape):
 
 
 def get_rng_state() -> dict:
-    """Both generators' states as plain JSON-able data (for checkpoints and exact resume)."""
+    """The host generator's state and the seed, plus the device generator's state on NumPy (a GPU's cannot be
+    read back: set_rng_state reseeds it), as plain JSON-able data (for checkpoints and exact resume)."""
     state = {"host": _state.host_rng.bit_generator.state, "seed": _state.seed}
     if _state.xp is numpy:
         state["device"] = _state.device_rng.bit_generator.state

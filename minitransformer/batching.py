@@ -4,7 +4,8 @@ The paper (§5.1): "Sentence pairs were batched together by approximate sequence
 contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
 
 Here a batch holds as many pairs of similar length as fit in ``max_tokens`` on each side, counting padding:
-rows * longest source <= max_tokens and rows * longest target <= max_tokens. Sorting by length first keeps the
+rows * longest source <= max_tokens and rows * (longest target + 1) <= max_tokens (the target gains
+<bos> / <eos>). Sorting by length first keeps the
 padding small; shuffling the order of the batches (with a seed) keeps training stochastic.
 
 The decoder is trained with teacher forcing: it reads the target shifted right by one and predicts the next
@@ -14,7 +15,7 @@ token at every position (the paper's "output embeddings are offset by one positi
     tgt_in   <bos> ein hund            what the decoder reads   (B,T)
     tgt_out  ein   hund <eos>          what it must predict     (B,T)
 
-All arrays are int64 NumPy arrays on the host; the trainer moves them to the device. Padding (id 0) only
+All arrays are int64 NumPy arrays on the host; the model and the loss move them to the device. Padding (id 0) only
 ever appears at the end of a row.
 """
 

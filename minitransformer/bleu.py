@@ -10,8 +10,9 @@
 - Smoothing "exp" (as in mteval-v13a and sacrebleu's default): if an order n has no correct n-gram,
   its precision becomes 1 / (2^k * total_n), k counting such orders 1, 2, ... . If nothing matches at all,
   or some order has no n-gram at all (every hypothesis shorter than n), BLEU is 0.
-- Tokenisation "13a" (mteval-v13a): punctuation split off words, periods and commas too unless they sit next
-  to a digit; ``lowercase=True`` lowercases hypotheses and references first.
+- Tokenisation "13a" (mteval-v13a): punctuation split off words, periods and commas too unless they sit
+  between two digits ("3.5" stays one token, "3." does not); ``lowercase=True`` lowercases hypotheses and
+  references first.
 
 The sufficient statistics (``BleuStats``) add up over sentences, so ``corpus_stats`` / ``bleu_from_stats``
 show every number that goes into the score (notebooks print them).

@@ -10,7 +10,8 @@
 ``python -m minitransformer ...`` is the same. ``train`` writes into --out: metrics.json, checkpoint.npz
 (plus checkpoint-<step>.npz, the last few), loss.png and attention.png. ``--resume`` continues a run
 killed or stopped earlier from its checkpoint (the newest checkpoint-<step>.npz if checkpoint.npz is gone),
-with exactly the numbers the uninterrupted run would have, and with the run's own settings except the
+step for step with exactly the numbers the uninterrupted run would have (a time limit counts from the
+resume), and with the run's own settings except the
 stop/report options typed on its command line. A fresh run refuses an --out that holds a file it would
 write (checkpoints, metrics.json, plots); ``--overwrite`` removes the earlier run's files instead, once the
 new run's config, data and model are built.
@@ -136,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--heldout", type=_positive_int, help="held-out sequences for exact match (copy, reverse; "
                                                          "default 1000)")
     t.add_argument("--beam-size", type=_positive_int, help="beam size of the final test evaluation "
-                                                           "(default 1: greedy)")
-    t.add_argument("--limit", type=_positive_int, help="score only the first N valid/test sentences "
-                                                       "(toy, multi30k; default: 200 valid, all test)")
+                                                           "(toy, multi30k; default 1: greedy)")
+    t.add_argument("--limit", type=_positive_int, help="score only the first N test sentences and the first "
+                                                       "min(N, 200) valid sentences (toy, multi30k; default: "
+                                                       "200 valid, all test)")
     t.add_argument("--data-dir", help="folder with the Multi30k files (default: see `download`)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip "
                                                                      "the step")
@@ -241,7 +243,8 @@ def _load_pairs(task: str, split: str, data_dir=None) -> list:
 
 
 def _encode_pairs(pairs, src_tok, tgt_tok, max_len: int) -> list:
-    """Token id pairs; pairs longer than max_len on either side (or empty) are dropped."""
+    """Token id pairs. A pair is dropped when either side is empty, its source is longer than max_len, or its
+    target is max_len or longer (the decoder reads it with <bos> in front, and predicts <eos> after it)."""
     out = []
     for src, tgt in pairs:
         s, t = src_tok.encode(src), tgt_tok.encode(tgt)
@@ -333,7 +336,8 @@ def _plot_loss(trainer, path: str) -> None:
 
 
 def _plot_attention(model, src_ids, src_labels, tgt_label_fn, path: str, title: str) -> None:
-    """Cross-attention of every decoder layer and head for one source sentence and the model's own output."""
+    """Cross-attention of every head, in every decoder layer (only the last when there are more than 4), for one
+    source sentence and the model's own output."""
     from . import viz
     from .decoding import greedy_decode
 

@@ -81,7 +81,8 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
 
 def multi30k_dir() -> Path:
     """Where Multi30k is: $MINITRANSFORMER_MULTI30K if set, else ../shared/data/multi30k beside the repository
-    if it exists, else ~/.cache/minitransformer/multi30k (where ``download_multi30k`` puts it by default)."""
+    if it exists, else ~/.cache/minitransformer/multi30k. ``download_multi30k`` without a directory puts it
+    here too."""
     env = os.environ.get(MULTI30K_ENV)
     if env:
         return Path(env).expanduser()

@@ -132,8 +132,9 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
                 boolean masks and None are passed through unchanged (host arrays moved to the backend).
     eps         the step of the central difference
     max_entries check at most this many entries per tensor, chosen at random (None: all of them)
-    seed        seeds the upstream gradient, the sampled entries, and the dropout masks (the same mask is
-                drawn at every forward, so a module with dropout can be checked in training mode)
+    seed        seeds the upstream gradient and the sampled entries. Dropout masks come from the backend's
+                generators as they are at the call (``mt.manual_seed`` sets them), and the same mask is
+                drawn at every forward, so a module with dropout can be checked in training mode
     Returns a GradcheckReport: ``print(report)`` gives the table, ``report.assert_ok()`` raises on failure.
     """
     if not isinstance(module, Module):

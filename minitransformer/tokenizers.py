@@ -244,7 +244,8 @@ class BPETokenizer(_Tokenizer):
     one BPE run per distinct word.
 
     Decoding concatenates the symbols and turns each ``</w>`` back into a space, so
-    ``decode(encode(text)) == " ".join(text.split())`` whenever every character of text was seen in training;
+    ``decode(encode(text)) == " ".join(text.split())`` (lowercased, for a tokenizer made with lowercase=True)
+    whenever every character of text was seen in training;
     otherwise each unseen character reads ``<unk>`` and the spaces stay where they were.
     """
 

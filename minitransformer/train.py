@@ -9,7 +9,8 @@ One training step is the chain of the design notes, nothing hidden:
     scheduler.step(); optimizer.step()          lr for this step, then the update
 
 Exact resume. A run killed at any moment (SIGKILL, a laptop lid) and resumed from its last checkpoint
-ends with the same weights, to the bit on the CPU, as the run that was never stopped. That needs every
+computes the same steps, to the bit on the CPU, as the run that was never stopped (so a run that stops
+after a number of steps or epochs ends with the same weights; a time limit counts from each ``fit``). That needs every
 input of every later step to be restored exactly:
 - the weights and the optimiser's moments (saved as raw arrays), its step count and the schedule's;
 - the data order: batch i of epoch e is a fixed function of (seed, e) (``BucketBatcher``, ``TaskBatches``),
