@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.." || exit 2
 PYTHON=${PYTHON:-python3}
 PRESETS=${PRESETS:-tiny,small,base}
 STEPS=${STEPS:-20}
-CPU_BASE_MS=${CPU_BASE_MS:-2485}                 # README run C: base, ours ms, 2 threads (the faster CPU, the stricter 30x)
+CPU_BASE_MS=${CPU_BASE_MS:-2485}                 # README run C, base, 2 threads: the faster CPU, the stricter 30x
 OUT_DIR=${OUT:-benchmarks/gpu-results}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1

@@ -10,8 +10,8 @@ One training step is the chain of the design notes, nothing hidden:
 
 Exact resume. A run killed at any moment (SIGKILL, a laptop lid) and resumed from its last checkpoint
 computes the same steps, to the bit on the CPU, as the run that was never stopped (so a run that stops
-after a number of steps or epochs ends with the same weights; a time limit counts from each ``fit``). That needs every
-input of every later step to be restored exactly:
+after a number of steps or epochs ends with the same weights; a time limit counts from each ``fit``).
+That needs every input of every later step to be restored exactly:
 - the weights and the optimiser's moments (saved as raw arrays), its step count and the schedule's;
 - the data order: batch i of epoch e is a fixed function of (seed, e) (``BucketBatcher``, ``TaskBatches``),
   and the checkpoint stores (epoch, position), so the resumed run reads the very next batch;
