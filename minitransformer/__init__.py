@@ -2,9 +2,12 @@
 
 Shape letters used in every docstring and comment:
     B batch, S source length, T target length, D d_model, H heads, Dk head size (D / H),
-    F d_ff, V vocabulary size, N rows of a flattened batch: B*T, or only the real (non-pad) tokens'
-    rows when the stacks skip padding (masks.Packing); Ns, Nt, Nq, Nk: the same for the source, target,
-    query and key side. (The paper's N, the number of layers in each stack, appears as "×N" in model.py.)
+    F d_ff, V vocabulary size, N rows of a flattened batch (B*T; in the fast tier, which skips padding,
+    the real tokens' rows), Ns, Nt, Nq, Nk: the same for the source, target, query and key side.
+    (The paper's N, the number of layers in each stack, appears as "×N" in model.py.)
+
+The core (module, layers/, masks, model, loss, optim, decoding, gradcheck) is the paper in code;
+``minitransformer.fast`` holds the same model made fast, each piece tested equal to its core twin.
 """
 
 from . import (
@@ -14,6 +17,7 @@ from . import (
     checkpoint,
     datasets,
     decoding,
+    fast,
     gradcheck,
     layers,
     masks,
@@ -62,6 +66,7 @@ __all__ = [
     "checkpoint",
     "datasets",
     "decoding",
+    "fast",
     "get_backend",
     "get_default_dtype",
     "gradcheck",

@@ -14,19 +14,13 @@ Two generators, both seeded by ``manual_seed``:
 - ``device_rng()`` a Generator of the active backend. Dropout masks are drawn with it, on the device
                    where the activations live (no host-to-device copy per step).
 
-CPU threads: BLAS spreads each large matrix product over the cores by itself, but NumPy runs every
-ufunc on one core. ``parallel_map`` gives independent pieces of such work to ``get_num_threads()``
-threads where it is worth it (Adam's update); ``set_num_threads`` or the environment
-(``MINITRANSFORMER_NUM_THREADS``, else ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS``) sets how many.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import types
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy
 
@@ -45,9 +39,6 @@ class _State:
         self.host_rng = numpy.random.default_rng()
         self.device_rng = self.host_rng
         self.device_types = ()      # the array types of every device backend chosen so far (cupy.ndarray, ...)
-        self.num_threads = 1
-        self.pool = None            # ThreadPoolExecutor, created on first use
-        self.pool_lock = threading.Lock()
 
 
 _state = _State()
@@ -153,23 +144,6 @@ def device_rng():
     return _state.device_rng
 
 
-def random_uint16(shape):
-    """Uniform random integers in [0, 65536), dtype uint16, drawn with ``device_rng()`` (dropout's masks).
-
-    Speed: on the CPU they are cut from 64-bit draws, four from each word. NumPy hands out full-range 64-bit
-    integers straight from its bit generator, and that is 1.7-1.9x faster per 16-bit number than asking
-    it for uint16 (measured for 0.26-2.1 M numbers, the sizes dropout draws on the base model). Every 64-bit
-    value is equally likely, so each 16-bit quarter is uniform and independent of the others.
-    On a GPU: one plain call of the generator.
-    """
-    xp = _state.xp
-    if xp is not numpy:
-        return device_rng().integers(0, 1 << 16, size=shape, dtype=xp.uint16)
-    n = int(numpy.prod(shape))
-    words = device_rng().integers(0, 2**64 - 1, size=-(-n // 4), dtype=numpy.uint64, endpoint=True)
-    return words.view(numpy.uint16)[:n].reshape(shape)         # four 16-bit integers per word
-
-
 def get_rng_state() -> dict:
     """The host generator's state and the seed, plus the device generator's state on NumPy (a GPU's cannot be
     read back: set_rng_state reseeds it), as plain JSON-able data (for checkpoints and exact resume)."""
@@ -250,69 +224,9 @@ def scatter_add(target, indices, values) -> None:
         cupyx.scatter_add(target, indices, values)
 
 
-# ----------------------------------------------------------------------------- CPU threads
-
-def set_num_threads(n: int) -> None:
-    """How many CPU threads ``parallel_map`` uses (BLAS keeps its own setting)."""
-    if isinstance(n, bool) or not isinstance(n, (int, numpy.integer)) or n < 1:
-        raise ValueError(f"set_num_threads: n must be a positive int, got {n!r}")
-    with _state.pool_lock:
-        if _state.pool is not None:
-            _state.pool.shutdown(wait=False)                  # its threads end after any work in hand
-        _state.num_threads, _state.pool = int(n), None
-
-
-def get_num_threads() -> int:
-    return _state.num_threads
-
-
-def _threads_from_env() -> int:
-    for var in ("MINITRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        value = os.environ.get(var, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
-
-
-_POOL_NAME = "minitransformer-pool"
-
-
-def _forget_pool_in_child() -> None:
-    # A child made by os.fork has none of its parent's threads: a pool copied from the parent would queue
-    # work that no thread ever runs. The child makes its own pool on first use.
-    _state.pool, _state.pool_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_forget_pool_in_child)
-
-
-def parallel_map(fn, items) -> list:
-    """``[fn(item) for item in items]``, run on up to ``get_num_threads()`` threads at once.
-
-    Why threads help with NumPy: each ufunc and each matrix product releases Python's GIL while it
-    computes, so two threads calling NumPy on different slices really do run on two cores. The items
-    must be independent (each writes only its own output). With one thread, on a GPU backend (whose
-    kernels are asynchronous anyway), or when called from inside another parallel_map, it is the plain loop.
-    """
-    items = list(items)
-    in_pool = threading.current_thread().name.startswith(_POOL_NAME)   # nested: the pool may be all busy
-    if _state.num_threads == 1 or len(items) < 2 or _state.xp is not numpy or in_pool:
-        return [fn(item) for item in items]
-    with _state.pool_lock:
-        if _state.pool is None:
-            _state.pool = ThreadPoolExecutor(_state.num_threads, thread_name_prefix=_POOL_NAME)
-        pool = _state.pool
-    return list(pool.map(fn, items))
-
-
 # ----------------------------------------------------------------------------- environment
 
 def _init_from_env():
-    _state.num_threads = _threads_from_env()
     name = os.environ.get("MINITRANSFORMER_BACKEND")
     if name:
         set_backend(name.strip().lower())

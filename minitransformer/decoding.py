@@ -23,8 +23,8 @@ import contextlib
 
 import numpy
 
-from . import backend
-from .model import Transformer, as_token_ids
+from . import backend, checks
+from .model import Transformer
 
 EXTRA_LENGTH = 50  # default max_len = source length + 50 (§6.1)
 
@@ -32,7 +32,7 @@ EXTRA_LENGTH = 50  # default max_len = source length + 50 (§6.1)
 class KVCache:
     """The keys and values the incremental decoder has computed so far, per decoder layer i.
 
-    self_k[i], self_v[i]   (B,H,t,Dk)  the prefix's self-attention keys/values, grown by ``decode_step``
+    self_k[i], self_v[i]   (B,H,t,Dk)  the prefix's self-attention keys/values, one row more per ``decode_step``
     cross_k[i], cross_v[i] (B,H,S,Dk)  the encoder memory projected by layer i's cross-attention, once
     src_mask               (B,1,1,S)   which memory positions are real tokens
     length                 t, the number of target positions decoded so far (the next position's index)
@@ -44,7 +44,7 @@ class KVCache:
         layers = list(model.decoder.layers)
         self.cross_k, self.cross_v = [], []
         for layer in layers:
-            k, v = layer.project_memory(memory)                # (B,H,S,Dk) each
+            k, v = project_kv(layer.cross_attn, memory)        # (B,H,S,Dk) each, once per sentence
             self.cross_k.append(k)
             self.cross_v.append(v)
         self.self_k = [None] * len(layers)                     # (B,H,t,Dk) once the first step ran
@@ -62,6 +62,48 @@ class KVCache:
         self.src_mask = self.src_mask[rows]                    # (b,1,1,S)
 
 
+def project_kv(attention, x):
+    """The keys and values a MultiHeadAttention computes from x, split into heads.
+                                                           Shapes: x (B,T,D) -> k, v (B,H,T,Dk)"""
+    return attention.split_heads(attention.W_k.forward(x)), attention.split_heads(attention.W_v.forward(x))
+
+
+def attend(attention, query, k, v, mask=None):
+    """MultiHeadAttention's forward with keys and values already projected (by ``project_kv``).
+                                     Shapes: query (B,Tq,D), k, v (B,H,Tk,Dk), mask (B|1,1,Tq|1,Tk) -> (B,Tq,D)"""
+    q = attention.split_heads(attention.W_q.forward(query))     # (B,H,Tq,Dk)
+    heads = attention.attention.forward(q, k, v, mask)          # (B,H,Tq,Dk)
+    return attention.W_o.forward(attention.merge_heads(heads))  # (B,Tq,D)
+
+
+def decode_step(model, last_ids, cache):
+    """logits for the next token, running the decoder for the newest position only (eval mode).
+                                                         Shapes: last_ids (B,1) int -> logits (B,V)
+    Each decoder layer does what its forward does, for one position: the self-attention appends the new
+    position's key and value to the cache and attends over the whole prefix (no causal mask is needed:
+    the prefix is all there is); the cross-attention reads the memory projected once."""
+    xp = backend.xp()
+    model.check_eval("decode_step")
+    y = model.tgt_pos.forward(model.tgt_embed.forward(last_ids), offset=cache.length)  # (B,1,D), no dropout in eval
+    for i, layer in enumerate(model.decoder.layers):
+        def self_attention(h, i=i, attention=layer.self_attn):  # h (B,1,D)
+            k, v = project_kv(attention, h)                     # (B,H,1,Dk)
+            cache.self_k[i] = k if cache.self_k[i] is None else xp.concatenate([cache.self_k[i], k], axis=2)
+            cache.self_v[i] = v if cache.self_v[i] is None else xp.concatenate([cache.self_v[i], v], axis=2)
+            return attend(attention, h, cache.self_k[i], cache.self_v[i])   # (B,1,D)
+
+        def cross_attention(h, i=i, attention=layer.cross_attn):
+            return attend(attention, h, cache.cross_k[i], cache.cross_v[i], cache.src_mask)  # (B,1,D)
+
+        y = layer.sublayer_self.forward(y, self_attention)      # (B,1,D)
+        y = layer.sublayer_cross.forward(y, cross_attention)    # (B,1,D)
+        y = layer.sublayer_ffn.forward(y, layer.ffn.forward)    # (B,1,D)
+    if model.decoder.norm is not None:
+        y = model.decoder.norm.forward(y)
+    cache.length += 1
+    return model.projection.forward(y)[:, -1]                  # (B,V)
+
+
 class _NextToken:
     """Log-probabilities of the next token for a batch of prefixes: cached (one new position per call)
     or naive (the whole prefix again). Both sides of the comparison share everything else."""
@@ -77,7 +119,7 @@ class _NextToken:
         if self.naive:
             logits = self.model.decode(prefix, self.memory, self.src_mask)[:, -1]   # (b,V)
         else:
-            logits = self.model.decode_step(backend.asarray(prefix[:, -1:]), self.cache)  # (b,V)
+            logits = decode_step(self.model, backend.asarray(prefix[:, -1:]), self.cache)  # (b,V)
         z = logits.astype(xp.float64) - logits.max(axis=-1, keepdims=True)          # (b,V)
         logp = z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))                     # log softmax (b,V)
         c = self.model.config
@@ -97,23 +139,18 @@ def length_penalty(length, alpha: float):
     return ((5.0 + numpy.asarray(length, dtype=numpy.float64)) / 6.0) ** alpha
 
 
-def _check_positive_int(owner, name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or value <= 0:
-        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
-
-
 def _prepare(owner, model, src, max_len):
     """Check the arguments; the checked source ids (NumPy for host data: the model moves them), and each
     sentence's length limit (host ints)."""
     if not isinstance(model, Transformer):
         raise TypeError(f"{owner}: model must be a minitransformer Transformer, got {type(model).__name__}")
     c = model.config
-    src = as_token_ids(owner, "src", src, c.src_vocab_size, c.max_len)   # (B,S)
+    src = checks.token_ids(owner, "src", src, c.src_vocab_size, ndim=2, max_len=c.max_len)   # (B,S)
     if max_len is None:
         src_lengths = backend.to_numpy((src != c.pad_id).sum(axis=1))     # (B,) real tokens per sentence
         limits = numpy.minimum(src_lengths + EXTRA_LENGTH, c.max_len)     # (B,)
     else:
-        _check_positive_int(owner, "max_len", max_len)
+        checks.positive_int(owner, "max_len", max_len)
         limits = numpy.full(src.shape[0], min(int(max_len), c.max_len))   # (B,)
     return src, limits.astype(numpy.int64)
 
@@ -200,10 +237,8 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     Returns a list of B lists of token ids (no BOS, stopped at EOS, EOS excluded).
     """
     owner = "beam_search"
-    _check_positive_int(owner, "beam_size", beam_size)
-    if (isinstance(alpha, bool) or not isinstance(alpha, (int, float, numpy.integer, numpy.floating))
-            or not 0 <= alpha < numpy.inf):
-        raise ValueError(f"{owner}: alpha must be a float >= 0, got {alpha!r} (it must also be finite)")
+    checks.positive_int(owner, "beam_size", beam_size)
+    checks.non_negative(owner, "alpha", alpha)
     src, limits = _prepare(owner, model, src, max_len)
     c = model.config
     K, eos = int(beam_size), c.eos_id
@@ -259,4 +294,4 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
         return outputs
 
 
-__all__ = ["KVCache", "beam_search", "greedy_decode", "length_penalty"]
+__all__ = ["KVCache", "attend", "beam_search", "decode_step", "greedy_decode", "length_penalty", "project_kv"]

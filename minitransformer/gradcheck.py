@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from . import backend
-from .layers._checks import check_positive_int, check_positive_number
+from . import backend, checks
 from .module import Module
 
 DEFAULT_TOLERANCE = 1e-6
@@ -115,14 +114,6 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def _reset_guards(module) -> None:
-    """Let the module run forward again without a backward (the check needs many forwards); at the end,
-    leave no forward waiting for a backward, as after one forward and its backward."""
-    for m in module.modules():
-        object.__setattr__(m, "_awaiting_backward", False)
-        object.__setattr__(m, "_forward_pending", False)
-
-
 def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, seed: int = 0,
           tolerance: float = DEFAULT_TOLERANCE, parameters: bool = True) -> GradcheckReport:
     """Compare ``module.backward`` with central finite differences.
@@ -139,10 +130,10 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
     """
     if not isinstance(module, Module):
         raise TypeError(f"gradcheck.check: module must be a minitransformer Module, got {type(module).__name__}")
-    check_positive_number("gradcheck.check", "eps", eps)
-    check_positive_number("gradcheck.check", "tolerance", tolerance)
+    checks.positive_number("gradcheck.check", "eps", eps)
+    checks.positive_number("gradcheck.check", "tolerance", tolerance)
     if max_entries is not None:
-        check_positive_int("gradcheck.check", "max_entries", max_entries)
+        checks.positive_int("gradcheck.check", "max_entries", max_entries)
     xp = backend.xp()
     params = module.named_parameters() if parameters else []
     for name, p in params:
@@ -165,7 +156,7 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
 
     def run_forward():
         backend.set_rng_state(rng_state)  # the same dropout mask at every forward
-        _reset_guards(module)
+        module.clear_caches()             # many forwards, one backward: forget the last forward's cache
         return _as_tuple(module(*inputs))
 
     # Analytic: one forward, one backward with a random upstream gradient g.
@@ -224,6 +215,6 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
                                < ZERO_GRADIENT))
     # Leave the module as one forward + backward leaves it: .grad holds the analytic gradients
     # (the numeric forwards never touch them) and the random generators are where they were.
-    _reset_guards(module)
+    module.clear_caches()
     backend.set_rng_state(rng_state)
     return report

@@ -1,92 +1,40 @@
-"""The two masks of the Transformer (True = this key may be attended), and the Packing of a padded batch.
+"""The masks of attention: True where a query may attend to a key.
 
-The masks broadcast against attention scores (B, H, Tq, Tk); combine them with ``&``. A Packing lists
-the positions that are real tokens, so that the position-wise layers can skip the padding.
+They broadcast against attention scores (B, H, Tq, Tk); combine them with ``&``.
 """
 
 from __future__ import annotations
 
-import numpy
-
-from . import backend
-from .layers._checks import check_positive_int
-
-
-def check_pad_id(owner: str, pad_id) -> None:
-    """pad_id must be a plain int (not a bool, not a float): the id that marks padding in a batch of ids."""
-    if isinstance(pad_id, bool) or not isinstance(pad_id, (int, numpy.integer)):
-        raise TypeError(f"{owner}: pad_id must be an int, got {pad_id!r}")
+from . import backend, checks
 
 
 def padding_mask(ids, pad_id: int = 0):
     """True where the key token is not padding.          Shapes: ids (B,Tk) int -> (B,1,1,Tk) bool"""
-    if not hasattr(ids, "ndim") or not hasattr(ids, "dtype"):
-        raise TypeError(f"padding_mask: ids must be a 2-D integer array (B, T) of token ids, got {type(ids).__name__}")
+    checks.integer("padding_mask", "pad_id", pad_id)
+    if not hasattr(ids, "dtype") or ids.dtype.kind not in "iu":
+        raise TypeError(f"padding_mask: ids must be an integer array (B, T) of token ids, got "
+                        f"{getattr(ids, 'dtype', type(ids).__name__)}")
     if ids.ndim != 2:
         raise ValueError(f"padding_mask: ids must be a 2-D array (B, T) of token ids, got shape {tuple(ids.shape)}")
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"padding_mask: ids must hold integer token ids, got dtype {ids.dtype}")
-    check_pad_id("padding_mask", pad_id)
-    # On the active backend, as subsequent_mask is: host ids (NumPy) give a device mask on CuPy, where a
-    # host mask could neither be combined with ``&`` nor meet the scores. A no-op for NumPy and device ids.
+    # On the active backend: host ids (NumPy) give a device mask on CuPy, where it meets the scores.
     return (backend.asarray(ids) != pad_id)[:, None, None, :]  # (B,1,1,Tk)
 
 
 def subsequent_mask(T: int):
     """True where key position j <= query position i: the decoder cannot look ahead.
                                                                      Shapes: -> (1,1,T,T) bool
-    Row i of the lower triangle (diagonal included) lets position i see positions 0..i.
-    """
-    check_positive_int("subsequent_mask", "T", T)
+    Row i of the lower triangle (diagonal included) lets position i see positions 0..i."""
+    T = checks.positive_int("subsequent_mask", "T", T)
     xp = backend.xp()
     return xp.tril(xp.ones((T, T), dtype=bool))[None, None]   # (1,1,T,T)
 
 
-class Packing:
-    """The real (non-pad) tokens of a padded (B,T) batch, as rows: every position-wise layer skips the padding.
-
-    Most of a Transformer works on each position by itself: the Linear projections, the feed-forward
-    network, LayerNorm, dropout and the residual sums. Only attention mixes positions, and it never lets
-    a real token read a padded one (the padding mask). So nothing a real token computes depends on the
-    padded positions, and their own outputs go nowhere (the loss ignores them). The model therefore runs
-    its position-wise layers on the N real tokens alone, an (N, D) array of rows, and spreads the rows
-    back into the (B, T) grid only for the attention scores, which need it. With 15-20% padding (a typical
-    batch) that is 15-20% less work; the loss and every gradient are the same.
-
-        pack(x)       (B,T,...) -> (N,...)    the rows of the real tokens, in reading order
-        unpack(rows)  (N,...)   -> (B,T,...)  the grid back, with zeros at the padded positions
-
-    Each is the other's backward: unpack sends a gradient back where pack took it, and the padded
-    positions' gradient is 0. A batch without padding packs as a reshape (a view, no copy).
-    ``index`` (N,) holds the flat positions b * T + t of the real tokens (None when there is no padding).
-    Built on the host from host ids (NumPy), so a GPU step copies only ids to the device, never back.
-    """
-
-    def __init__(self, ids, pad_id: int = 0):
-        if not hasattr(ids, "ndim") or ids.ndim != 2 or ids.dtype.kind not in "iu":
-            raise ValueError(f"Packing: ids must be a 2-D integer array (B, T) of token ids, "
-                             f"got {getattr(ids, 'shape', type(ids).__name__)}")
-        check_pad_id("Packing", pad_id)
-        xp = numpy if isinstance(ids, numpy.ndarray) else backend.xp()   # device ids: counted there; int() syncs
-        self.shape = tuple(int(n) for n in ids.shape)                  # (B, T)
-        real = ids.reshape(-1) != pad_id                                # (B*T,) bool
-        self.size = int(real.sum())                                     # N
-        self.index = self.padding = None
-        if self.size < ids.size:
-            self.index = backend.asarray(xp.flatnonzero(real))          # (N,) b * T + t of each real token
-            self.padding = backend.asarray(xp.flatnonzero(~real))      # (B*T - N,) the padded positions
-
-    def pack(self, x):                                         # (B,T,...) -> (N,...)
-        rows = x.reshape(-1, *x.shape[2:])                     # (B*T, ...)
-        return rows if self.index is None else backend.xp().take(rows, self.index, axis=0)  # rows[index]
-
-    def unpack(self, rows):                                    # (N,...) -> (B,T,...)
-        if self.index is not None:
-            grid = backend.xp().empty((self.shape[0] * self.shape[1], *rows.shape[1:]), dtype=rows.dtype)
-            grid[self.index] = rows                            # (B*T, ...) the real tokens' rows
-            grid[self.padding] = 0                             # and zeros: each element written once
-            rows = grid
-        return rows.reshape(*self.shape, *rows.shape[1:])
-
-    def __repr__(self):
-        return f"Packing({self.size} real tokens of a {self.shape[0]}x{self.shape[1]} batch)"
+def local_mask(T: int, r: int):
+    """True where |i - j| <= r: restricted self-attention (§4), each position sees a window of 2r + 1.
+                                                                     Shapes: -> (1,1,T,T) bool"""
+    T = checks.positive_int("local_mask", "T", T)
+    if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+        raise ValueError(f"local_mask: r must be an int >= 0 (the window's radius), got {r!r}")
+    xp = backend.xp()
+    i = xp.arange(T)
+    return (xp.abs(i[:, None] - i[None, :]) <= r)[None, None]  # (1,1,T,T)

@@ -13,9 +13,8 @@ explicit sums in backward (``dx = dout + sublayer.backward(dout)``).
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections import OrderedDict
+from types import SimpleNamespace
 
 import numpy
 
@@ -48,24 +47,25 @@ class Module:
     Subclasses define ``forward(*inputs)`` and ``backward(dout)``. Assigning a Parameter or a Module to
     an attribute registers it, so ``parameters()`` finds it (the idea comes from minitorch / PyTorch).
 
-    One instance per call site: a forward in training mode caches activations for its backward, so a
-    second forward before that backward would overwrite them. Calling the module (``module(x)``) in
-    training mode twice without a backward in between raises instead of silently computing wrong gradients.
-    In eval mode a module can run any number of forwards (inference).
+    ``module(x)`` checks the inputs (``check_inputs``, what a caller outside the model may get wrong), then
+    runs ``forward(x)``. Inside the model, layers call each other's ``forward`` directly: the model checked
+    its token ids once, and everything after that is its own arithmetic.
 
-    Each forward allows one backward, and ``dout`` must have the shape of that forward's output: a
-    backward with no forward before it, a second backward for one forward (layers free or reuse their
-    cache in backward), or a ``dout`` of another shape raise rather than return a wrong gradient.
+    The cache: forward ends with ``self.save_for_backward(out, x=x, ...)``, and backward begins with
+    ``self.saved(dout)``, which hands back what forward saved, once. That one pair keeps the rules of a
+    layer with a cache:
+      - one instance per call site: a second forward in training mode before the backward raises
+        (it would overwrite the activations the backward needs); in eval mode forward may run any
+        number of times (inference);
+      - a backward with no forward before it, or a second backward for one forward, raises;
+      - ``dout`` must have the shape of the forward's output.
     """
 
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
-        object.__setattr__(self, "_awaiting_backward", False)    # module(x) in training mode, its backward not yet
-        object.__setattr__(self, "_forward_pending", False)      # a forward ran, its backward not yet
-        object.__setattr__(self, "_output_shape", None)          # that forward's output shape (None: not one array)
-        object.__setattr__(self, "_running", set())              # "forward"/"backward" while one runs (see below)
+        object.__setattr__(self, "_cache", None)                 # what the last forward saved for backward
 
     # -- registration ------------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -81,43 +81,45 @@ class Module:
 
     # -- calling -----------------------------------------------------------------------
     def __call__(self, *inputs, **kwargs):
-        if self.training and self._awaiting_backward:
-            raise RuntimeError(
-                f"{type(self).__name__}: forward was called twice in training mode without a backward in between, "
-                "which would overwrite the activations its backward needs. Use one instance per call site, "
-                "call backward after each forward, or switch to .eval() for inference."
-            )
-        out = self.forward(*inputs, **kwargs)
-        object.__setattr__(self, "_awaiting_backward", self.training)
-        return out
+        self.check_inputs(*inputs, **kwargs)
+        return self.forward(*inputs, **kwargs)
 
-    def __init_subclass__(cls, **kwargs):
-        # Each subclass's forward and backward are wrapped once, here: forward notes that it ran and the shape
-        # of its output; backward first checks that there is a forward to go back through and that dout fits
-        # it, and once it has run (a backward that refused its input leaves the forward waiting) marks the
-        # forward's cache as consumed.
-        super().__init_subclass__(**kwargs)
-        if "forward" in cls.__dict__:
-            cls.forward = _noting_forward(cls.__dict__["forward"])
-        if "backward" in cls.__dict__:
-            cls.backward = _checking_backward(cls.__dict__["backward"])
-
-    def _check_backward(self, dout_name: str, dout) -> None:
-        """Raise unless a forward is waiting for this backward and ``dout`` has its output's shape."""
-        name = type(self).__name__
-        if not self._forward_pending:
-            raise RuntimeError(f"{name}.backward: there is no forward to go back through. Call the module "
-                               f"first (module(x)); each forward allows one backward.")
-        shape = self._output_shape
-        if shape is not None and hasattr(dout, "shape") and tuple(dout.shape) != shape:
-            raise ValueError(f"{name}.backward: {dout_name} must have the shape of the forward's output "
-                             f"{shape}, got {tuple(dout.shape)}")
+    def check_inputs(self, *inputs, **kwargs) -> None:
+        """Raise a clear error for inputs that forward cannot take. Layers override it."""
 
     def forward(self, *inputs):
         raise NotImplementedError(f"{type(self).__name__} must define forward")
 
     def backward(self, dout):
         raise NotImplementedError(f"{type(self).__name__} must define backward")
+
+    # -- the cache between forward and backward ------------------------------------------
+    def save_for_backward(self, out, **saved) -> None:
+        """Keep ``saved`` (by name) for backward, and the shape of ``out`` to check dout against."""
+        if self.training and self._cache is not None:
+            raise RuntimeError(
+                f"{type(self).__name__}: forward was called twice in training mode without a backward in between, "
+                "which would overwrite the activations its backward needs. Use one instance per call site, "
+                "call backward after each forward, or switch to .eval() for inference.")
+        object.__setattr__(self, "_cache", SimpleNamespace(out_shape=tuple(out.shape), **saved))
+
+    def saved(self, dout) -> SimpleNamespace:
+        """What forward saved, handed out once; raises if there is no forward to go back through or if
+        ``dout`` does not have the shape of that forward's output."""
+        cache = self._cache
+        if cache is None:
+            raise RuntimeError(f"{type(self).__name__}.backward: there is no forward to go back through. Call the "
+                               f"module first (module(x)); each forward allows one backward.")
+        if not hasattr(dout, "shape") or tuple(dout.shape) != cache.out_shape:
+            raise ValueError(f"{type(self).__name__}.backward: dout must have the shape of the forward's output "
+                             f"{cache.out_shape}, got {getattr(dout, 'shape', type(dout).__name__)}")
+        object.__setattr__(self, "_cache", None)
+        return cache
+
+    def clear_caches(self) -> None:
+        """Forget every saved forward of this module and its children (train/eval and gradcheck use it)."""
+        for m in self.modules():
+            object.__setattr__(m, "_cache", None)
 
     # -- traversal -----------------------------------------------------------------------
     def named_modules(self, prefix: str = ""):
@@ -162,7 +164,7 @@ class Module:
         """Training mode (dropout active) for this module and its children. Returns self."""
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
-            object.__setattr__(m, "_awaiting_backward", False)
+        self.clear_caches()
         return self
 
     def eval(self):
@@ -228,43 +230,3 @@ class ModuleList(Module):
 
     def __getitem__(self, i):
         return list(self._modules.values())[i]
-
-
-def _run_marked(self, kind: str, method, args, kwargs):
-    """Run ``method`` with ``kind`` ("forward"/"backward") marked as running on ``self``. A subclass's forward
-    or backward may call the parent's (``super().backward(...)``), itself wrapped: the mark tells that inner
-    call that it is not the one that speaks for the module."""
-    self._running.add(kind)
-    try:
-        return method(self, *args, **kwargs)
-    finally:
-        self._running.discard(kind)
-
-
-def _noting_forward(forward):
-    @functools.wraps(forward)
-    def wrapper(self, *inputs, **kwargs):
-        if "forward" in self._running:                                   # super().forward inside a forward
-            return forward(self, *inputs, **kwargs)
-        out = _run_marked(self, "forward", forward, inputs, kwargs)
-        object.__setattr__(self, "_forward_pending", True)
-        object.__setattr__(self, "_output_shape", tuple(out.shape) if hasattr(out, "shape") else None)
-        return out
-
-    return wrapper
-
-
-def _checking_backward(backward):
-    dout_name = [*inspect.signature(backward).parameters, "dout"][1]     # "dout", "dlogits", ...
-
-    @functools.wraps(backward)
-    def wrapper(self, *args, **kwargs):
-        if "backward" in self._running:                                  # super().backward inside a backward
-            return backward(self, *args, **kwargs)
-        self._check_backward(dout_name, args[0] if args else kwargs.get(dout_name))
-        grads = _run_marked(self, "backward", backward, args, kwargs)
-        object.__setattr__(self, "_awaiting_backward", False)
-        object.__setattr__(self, "_forward_pending", False)
-        return grads
-
-    return wrapper

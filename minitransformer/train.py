@@ -40,7 +40,7 @@ from .checkpoint import (
     load_checkpoint,
     resolve_checkpoint,
 )
-from .layers._checks import check_positive_int
+from .checks import positive_int
 from .optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
@@ -152,8 +152,8 @@ class Trainer:
         for name, value in (("max_steps", max_steps), ("max_epochs", max_epochs), ("eval_every", eval_every),
                             ("save_every", save_every)):
             if value is not None:
-                check_positive_int("Trainer", name, value)
-        check_positive_int("Trainer", "max_skips", max_skips)
+                positive_int("Trainer", name, value)
+        positive_int("Trainer", "max_skips", max_skips)
         if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float, numpy.floating))
                                    or not math.isfinite(target)):
             raise ValueError(f"Trainer: target must be a finite number (the metric to reach) or None, got {target!r}")

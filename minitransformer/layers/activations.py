@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-from .. import backend
+from .. import backend, checks
 from ..module import Module
-from ._checks import check_float_array
 
 
 class ReLU(Module):
     """out = max(0, x).                                                      Shapes: (...) -> (...)
-    Cache: the boolean mask x > 0; the derivative is 1 there and 0 elsewhere.
+    Cache: where x > 0; the derivative is 1 there and 0 elsewhere."""
 
-    inplace=True writes the result into the array it is given: forward overwrites x with max(0, x) and
-    backward overwrites dout with dx. Only for arrays no one else holds (PositionwiseFeedForward's hidden
-    activations and their gradient); the default leaves both untouched.
-    """
-
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-        self.inplace = bool(inplace)
+    def check_inputs(self, x):
+        checks.float_array("ReLU", "x", x)
 
     def forward(self, x):
-        check_float_array("ReLU", "x", x)
-        self.positive = x > 0                                  # (...) bool
-        return backend.xp().maximum(x, 0, out=x if self.inplace else None)  # max(0, x) (...); faster than x * mask
+        out = backend.xp().maximum(x, 0)                       # (...)
+        self.save_for_backward(out, positive=x > 0)
+        return out
 
     def backward(self, dout):
-        dx = backend.xp().multiply(dout, self.positive, out=dout if self.inplace else None)  # dReLU/dx = 1[x > 0]
-        self.positive = None
-        return dx
-
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
+        return dout * self.saved(dout).positive                # dReLU/dx = 1[x > 0]
 
 
 class Softmax(Module):
@@ -45,29 +33,22 @@ class Softmax(Module):
 
     def __init__(self, axis: int = -1):
         super().__init__()
-        if isinstance(axis, bool) or not isinstance(axis, int):
-            raise TypeError(f"Softmax: axis must be an int, got {axis!r}")
-        self.axis = axis
+        self.axis = checks.integer("Softmax", "axis", axis)
 
-    def forward(self, x):
-        xp = backend.xp()
-        check_float_array("Softmax", "x", x)
+    def check_inputs(self, x):
+        checks.float_array("Softmax", "x", x)
         if not -x.ndim <= self.axis < x.ndim:
             raise ValueError(f"Softmax: axis={self.axis} does not exist in x of shape {tuple(x.shape)}")
-        e = x - x.max(axis=self.axis, keepdims=True)           # (...) every row's max is 0
-        xp.exp(e, out=e)                                       # (...) in place: e is ours (speed: no new array)
-        e /= e.sum(axis=self.axis, keepdims=True)              # (...) in place: p
-        self.p = e
-        return self.p
+
+    def forward(self, x):
+        e = backend.xp().exp(x - x.max(axis=self.axis, keepdims=True))   # (...) the row's max becomes exp(0) = 1
+        p = e / e.sum(axis=self.axis, keepdims=True)                    # (...) rows sum to 1
+        self.save_for_backward(p, p=p)
+        return p
 
     def backward(self, dout):
-        xp = backend.xp()
-        p = self.p
-        dx = p * dout                                          # (...) a buffer of ours
-        s = dx.sum(axis=self.axis, keepdims=True)              # sum(p * dout, axis)
-        dx = xp.multiply(p, xp.subtract(dout, s, out=dx), out=dx)  # p * (dout - s), in place in dx
-        self.p = None
-        return dx
+        p = self.saved(dout).p
+        return p * (dout - (p * dout).sum(axis=self.axis, keepdims=True))   # dx = p * (dout - sum(p * dout))
 
     def extra_repr(self):
         return f"axis={self.axis}"

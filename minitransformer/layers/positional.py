@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..module import Module, Parameter
-from ._checks import check_last_dim, check_positive_int
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> numpy.ndarray:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
-
-    Computed in float64 on the host.                                        Returns (max_len, D)
-    """
+    Computed in float64 on the host.                                        Returns (max_len, D)"""
     pos = numpy.arange(max_len, dtype=numpy.float64)[:, None]              # (L, 1)
     two_i = numpy.arange(0, d_model, 2, dtype=numpy.float64)[None, :]      # (1, D/2)
     angle = pos / numpy.power(10000.0, two_i / d_model)                    # (L, D/2)
@@ -23,17 +20,13 @@ def sinusoidal_table(max_len: int, d_model: int) -> numpy.ndarray:
     return pe
 
 
-def _check_length(owner: str, x, offset: int, max_len: int) -> int:
-    """The length T of x (B,T,D), after checking that positions offset..offset+T-1 exist."""
-    if x.ndim < 2:
-        raise ValueError(f"{owner}: x must have shape (..., T, d_model), got shape {tuple(x.shape)}")
-    T = x.shape[-2]
-    if isinstance(offset, bool) or not isinstance(offset, (int, numpy.integer)):
-        raise TypeError(f"{owner}: offset must be an int (the position of the first row), got {offset!r}")
+def check_positions(owner: str, x, offset, d_model: int, max_len: int) -> None:
+    """x (B,T,D) and positions offset..offset+T-1 that the table has."""
+    checks.float_array(owner, "x", x, ndim=3, last_dim=d_model)
+    offset, T = checks.integer(owner, "offset", offset), x.shape[1]
     if offset < 0 or offset + T > max_len:
         raise ValueError(f"{owner}: the positions of x must be within max_len={max_len}, "
                          f"got positions {offset}..{offset + T - 1} (length {T}, offset {offset})")
-    return T
 
 
 class PositionalEncoding(Module):
@@ -45,20 +38,23 @@ class PositionalEncoding(Module):
 
     def __init__(self, d_model: int, max_len: int = 5000):
         super().__init__()
-        check_positive_int("PositionalEncoding", "d_model", d_model)
-        check_positive_int("PositionalEncoding", "max_len", max_len)
+        self.d_model = checks.positive_int("PositionalEncoding", "d_model", d_model)
+        self.max_len = checks.positive_int("PositionalEncoding", "max_len", max_len)
         if d_model % 2:
             raise ValueError(f"PositionalEncoding: d_model must be even (sin/cos pairs), got {d_model}")
-        self.d_model, self.max_len = d_model, max_len
         self.pe = backend.asarray(sinusoidal_table(max_len, d_model), dtype=backend.get_default_dtype())  # (L, D)
 
+    def check_inputs(self, x, offset=0):
+        check_positions("PositionalEncoding", x, offset, self.d_model, self.max_len)
+
     def forward(self, x, offset: int = 0):                     # x (B,T,D)
-        check_last_dim("PositionalEncoding", "x", x, self.d_model)
-        T = _check_length("PositionalEncoding", x, offset, self.max_len)
-        return x + self.pe[offset:offset + T]                  # (B,T,D)
+        out = x + self.pe[offset:offset + x.shape[1]]          # (B,T,D)
+        self.save_for_backward(out)
+        return out
 
     def backward(self, dout):                                  # dout (B,T,D) -> dx (B,T,D)
-        return dout
+        self.saved(dout)
+        return dout                                            # d(x + PE)/dx = I
 
     def extra_repr(self):
         return f"d_model={self.d_model}, max_len={self.max_len}"
@@ -66,26 +62,26 @@ class PositionalEncoding(Module):
 
 class LearnedPositionalEmbedding(Module):
     """out = x + P[offset : offset+T], with P a learned table.                  Shapes: (B,T,D) -> (B,T,D)
-
-    Cache: the offset and length, which rows of P received a gradient.
-    """
+    Cache: which rows of P were used (they receive the gradient, summed over the batch)."""
 
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
-        check_positive_int("LearnedPositionalEmbedding", "max_len", max_len)
-        check_positive_int("LearnedPositionalEmbedding", "d_model", d_model)
-        self.d_model, self.max_len = d_model, max_len
+        self.max_len = checks.positive_int("LearnedPositionalEmbedding", "max_len", max_len)
+        self.d_model = checks.positive_int("LearnedPositionalEmbedding", "d_model", d_model)
         self.P = Parameter(backend.host_rng().normal(0.0, d_model**-0.5, size=(max_len, d_model)))  # (L, D)
 
+    def check_inputs(self, x, offset=0):
+        check_positions("LearnedPositionalEmbedding", x, offset, self.d_model, self.max_len)
+
     def forward(self, x, offset: int = 0):                     # x (B,T,D)
-        check_last_dim("LearnedPositionalEmbedding", "x", x, self.d_model)
-        T = _check_length("LearnedPositionalEmbedding", x, offset, self.max_len)
-        self.rows = (offset, offset + T)
-        return x + self.P.data[offset:offset + T]             # (B,T,D)
+        rows = slice(offset, offset + x.shape[1])
+        out = x + self.P.data[rows]                            # (B,T,D)
+        self.save_for_backward(out, rows=rows)
+        return out
 
     def backward(self, dout):                                  # dout (B,T,D) -> dx (B,T,D)
-        start, stop = self.rows
-        self.P.grad[start:stop] += dout.reshape(-1, *dout.shape[-2:]).sum(axis=0)  # sum over the batch (T,D)
+        rows = self.saved(dout).rows
+        self.P.grad[rows] += dout.sum(axis=0)                  # dP = sum over the batch of dout   (T,D)
         return dout
 
     def extra_repr(self):

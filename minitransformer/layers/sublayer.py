@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from .. import checks
 from ..module import Module
-from ._checks import check_probability
 from .dropout import Dropout
 from .layernorm import LayerNorm
 
@@ -13,27 +13,29 @@ class SublayerConnection(Module):
     Pre-LN (norm_first=True): out = x + Dropout(Sublayer(LayerNorm(x)))     Shapes: (B,T,D) -> (B,T,D)
 
     The sublayer (attention or feed-forward) is passed in as a function, so one class wraps all of them:
-        x = self.sublayer(x, self.ffn)                              # forward
+        x = self.sublayer(x, self.ffn.forward)                      # forward
         dx = self.sublayer.backward(dout, self.ffn.backward)        # backward
     ``sublayer_backward`` maps d(sublayer output) to d(sublayer input).
     The residual is explicit in backward: the gradient flows both through the sublayer and around it.
-    Inside the Transformer x is the packed (N,D) rows of the real tokens; any leading axes work.
     Cache: held by the LayerNorm and Dropout children.
     """
 
     def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5):
         super().__init__()
-        check_probability("SublayerConnection", "dropout", dropout)
         self.norm = LayerNorm(d_model, eps)
         self.dropout = Dropout(dropout)
-        self.norm_first = bool(norm_first)
+        self.norm_first = checks.boolean("SublayerConnection", "norm_first", norm_first)
 
     def forward(self, x, sublayer):                            # x (B,T,D)
         if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))    # (B,T,D)
-        return self.norm(x + self.dropout(sublayer(x)))        # (B,T,D)
+            out = x + self.dropout.forward(sublayer(self.norm.forward(x)))   # (B,T,D)
+        else:
+            out = self.norm.forward(x + self.dropout.forward(sublayer(x)))   # (B,T,D)
+        self.save_for_backward(out)
+        return out
 
     def backward(self, dout, sublayer_backward):               # dout (B,T,D) -> dx (B,T,D)
+        self.saved(dout)
         if self.norm_first:
             d_normed = sublayer_backward(self.dropout.backward(dout))
             return dout + self.norm.backward(d_normed)         # around + through the sublayer

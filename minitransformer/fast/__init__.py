@@ -1,0 +1,21 @@
+"""The fast tier: every speed trick of minitransformer, each piece a subclass of its core twin that
+overrides only what it speeds up, and each tested equal to it (tests/test_fast.py).
+
+    model = mt.fast.Transformer(cfg)     # a drop-in for mt.Transformer(cfg): same parameters, state_dict,
+                                         # logits and gradients (dropout 0), faster
+    loss_fn = mt.fast.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
+    opt = mt.fast.Adam(model.parameters(), lr=...)
+
+What each trick buys, measured, is in benchmarks/RESULTS.md; notebook 10 walks through them.
+"""
+
+from . import layers
+from .layers import random_uint16, stacked_linear, stacked_linear_backward
+from .loss import CrossEntropyLoss
+from .model import FAST_TWINS, Transformer
+from .optim import Adam
+from .packing import Packing
+from .threads import get_num_threads, parallel_map, set_num_threads
+
+__all__ = ["FAST_TWINS", "Adam", "CrossEntropyLoss", "Packing", "Transformer", "get_num_threads", "layers",
+           "parallel_map", "random_uint16", "set_num_threads", "stacked_linear", "stacked_linear_backward"]
