@@ -43,9 +43,19 @@ class Row:
     analytic: float
     numeric: float
     zero: bool = False  # analytic and numeric both below ZERO_GRADIENT: agree that the gradient is zero
+    assigned: bool = False  # backward wrote .grad = g instead of adding (.grad += g): what it left is g alone
 
     def passes(self, tolerance: float) -> bool:
-        return self.zero or self.rel_error < tolerance
+        return not self.assigned and (self.zero or self.rel_error < tolerance)
+
+    def verdict(self, tolerance: float) -> str:
+        if self.assigned:
+            return "FAIL: backward assigned .grad (=) instead of adding to it (+=)"
+        return "ok (zero gradient)" if self.zero else "ok" if self.passes(tolerance) else "FAIL"
+
+    def worst_entry(self) -> str:
+        index = tuple(int(i) for i in numpy.unravel_index(self.worst, self.shape)) if self.shape else ()
+        return f"{list(index)}: analytic {self.analytic:.6g}, numeric {self.numeric:.6g}"
 
 
 @dataclass
@@ -80,20 +90,22 @@ class GradcheckReport:
         if bad:
             lines = [f"{self.module}: gradient check failed (tolerance {tol:.0e})"]
             for r in bad:
-                index = numpy.unravel_index(r.worst, r.shape) if r.shape else ()
-                lines.append(f"  {r.name}{list(map(int, index))}: analytic {r.analytic:.10g}, "
-                             f"numeric {r.numeric:.10g}, relative error {r.rel_error:.2e}")
+                lines.append(f"  {r.name}{r.worst_entry()}, relative error {r.rel_error:.2e}: {r.verdict(tol)}")
             raise AssertionError("\n".join(lines))
 
     def table(self) -> str:
         width = max([len(r.name) for r in self.rows] + [6])
-        head = f"{'tensor':<{width}}  {'shape':<16} {'checked':>7}  {'rel. error':>10}  "
+        head = (f"{'tensor':<{width}}  {'shape':<14} {'checked':>7}  {'rel. error':>10}  "
+                f"{'worst entry [index]: analytic, numeric':<52}  verdict")
         lines = [f"gradient check of {self.module} (float64, central differences)", head, "-" * len(head)]
         for r in self.rows:
-            verdict = "ok (zero gradient)" if r.zero else "ok" if r.passes(self.tolerance) else "FAIL"
-            lines.append(f"{r.name:<{width}}  {r.shape!s:<16} {r.checked:>7}  {r.rel_error:>10.2e}  {verdict}")
+            lines.append(f"{r.name:<{width}}  {r.shape!s:<14} {r.checked:>7}  {r.rel_error:>10.2e}  "
+                         f"{r.worst_entry():<52}  {r.verdict(self.tolerance)}")
         lines.append(f"max relative error {self.max_error:.2e}  (bound {self.tolerance:.0e}): "
                      f"{'PASS' if self.ok else 'FAIL'}")
+        if any(r.zero for r in self.rows):
+            lines.append("zero gradient: both are below 1e-8, as the mathematics says (a key projection's bias "
+                         "shifts every score of a row alike, which softmax ignores)")
         return "\n".join(lines)
 
     __str__ = table
@@ -101,12 +113,12 @@ class GradcheckReport:
     def _repr_html_(self) -> str:  # shown by Jupyter
         cells = "".join(
             f"<tr><td><code>{r.name}</code></td><td>{r.shape}</td><td>{r.checked}</td>"
-            f"<td>{r.rel_error:.2e}</td><td>{'✅' if r.passes(self.tolerance) else '❌'}</td></tr>"
+            f"<td>{r.rel_error:.2e}</td><td>{r.worst_entry()}</td><td>{r.verdict(self.tolerance)}</td></tr>"
             for r in self.rows
         )
         return (f"<b>gradient check of {self.module}</b> — max relative error {self.max_error:.2e} "
                 f"(bound {self.tolerance:.0e}): <b>{'PASS' if self.ok else 'FAIL'}</b>"
-                "<table><tr><th>tensor</th><th>shape</th><th>checked</th><th>rel. error</th><th></th></tr>"
+                "<table><tr><th>tensor</th><th>shape</th><th>checked</th><th>rel. error</th><th>worst entry</th><th></th></tr>"
                 f"{cells}</table>")
 
 
@@ -159,12 +171,18 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
         module.clear_caches()             # many forwards, one backward: forget the last forward's cache
         return _as_tuple(module(*inputs))
 
-    # Analytic: one forward, one backward with a random upstream gradient g.
+    # Analytic: one forward, one backward with a random upstream gradient g. Each .grad starts at a known
+    # nonzero value, so that a backward that assigns (.grad = dW) instead of adding (.grad += dW) shows.
     outputs = run_forward()
     upstream = [xp.asarray(check_rng.standard_normal(o.shape)) for o in outputs]  # g, one per output
-    module.zero_grad()
+    before = {name: check_rng.standard_normal(p.data.shape) for name, p in params}
+    for name, p in params:
+        p.grad[...] = xp.asarray(before[name])
     grads = module.backward(*upstream) if len(upstream) > 1 else module.backward(upstream[0])
     grads = _as_tuple(grads)
+    left = {name: backend.to_numpy(p.grad).copy() for name, p in params}          # what backward left in .grad
+    for name, p in params:
+        p.grad[...] = xp.asarray(left[name] - before[name])                        # the gradient it added
 
     # L is taken relative to the unperturbed outputs: sum((f(z) - f(z0)) * g). The constant f(z0) does not
     # change the difference quotient, but subtracting it elementwise first avoids the rounding of large
@@ -181,7 +199,7 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
                              f"input {i}")
         targets.append((f"input[{i}]", inputs[i], backend.to_numpy(grads[i]).copy()))
     for name, p in params:
-        targets.append((name, p.data, backend.to_numpy(p.grad).copy()))
+        targets.append((name, p.data, left[name] - before[name]))
 
     report = GradcheckReport(module=type(module).__name__, tolerance=tolerance)
     for name, array, analytic in targets:
@@ -205,7 +223,10 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
         diff = numpy.abs(a - numeric)
         worst = int(numpy.argmax(diff)) if len(picks) else 0
         scale = max(1e-8, float(numpy.abs(a).max(initial=0.0) + numpy.abs(numeric).max(initial=0.0)))
-        report.rows.append(Row(name=name, shape=tuple(array.shape), checked=len(picks),
+        raw = left[name].reshape(-1)[picks] if name in left else None     # assigned: raw equals the gradient
+        assigned = raw is not None and diff.max(initial=0.0) / scale >= tolerance and \
+            numpy.abs(raw - numeric).max(initial=0.0) / scale < tolerance
+        report.rows.append(Row(assigned=bool(assigned), name=name, shape=tuple(array.shape), checked=len(picks),
                                rel_error=float(diff.max(initial=0.0)) / scale,
                                max_abs_error=float(diff.max(initial=0.0)),
                                worst=int(picks[worst]) if len(picks) else 0,

@@ -15,6 +15,18 @@ from .linear import Linear
 MASKED = -1e9
 
 
+def check_qkv(owner: str, q, k, v, mask) -> None:
+    """q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv) float arrays, and a mask for their scores (..., Tq, Tk)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        checks.float_array(owner, name, x)
+    if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2] or q.shape[-1] != k.shape[-1] or \
+            k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"{owner}: q, k and v must have shapes (..., Tq, Dk), (..., Tk, Dk) and (..., Tk, Dv), "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if mask is not None:
+        checks.mask(owner, mask, (*q.shape[:-1], k.shape[-2]))
+
+
 class Mask(Module):
     """out = scores where mask is True, MASKED (a large negative) where it is False.
                                                   Shapes: scores (B,H,Tq,Tk), mask broadcastable -> (B,H,Tq,Tk)
@@ -57,14 +69,7 @@ class ScaledDotProductAttention(Module):
         self.attn = None
 
     def check_inputs(self, q, k, v, mask=None):
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            checks.float_array("ScaledDotProductAttention", name, x, ndim=q.ndim)
-        if q.ndim < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2] or \
-                q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-            raise ValueError(f"ScaledDotProductAttention: q, k and v must have shapes (..., Tq, Dk), (..., Tk, Dk) "
-                             f"and (..., Tk, Dv), got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-        if mask is not None:
-            checks.mask("ScaledDotProductAttention", mask, (*q.shape[:-1], k.shape[-2]))
+        check_qkv("ScaledDotProductAttention", q, k, v, mask)
 
     def forward(self, q, k, v, mask=None):
         scale = 1.0 / math.sqrt(q.shape[-1]) if self.scale else 1.0
