@@ -52,6 +52,46 @@ def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
     assert "exact match on 20 held-out sequences" in printed
 
 
+@pytest.mark.parametrize("reference", [False, True])
+def test_train_builds_the_fast_tier_or_with_reference_the_core(tmp_path, capsys, monkeypatch, reference):
+    """train builds mt.fast.Transformer, and exactly mt.Transformer (not a subclass) with --reference; metrics.json
+    says which, a resumed run keeps its tier, and evaluate decodes any checkpoint with the fast tier."""
+    from minitransformer import decoding, fast
+
+    built = []
+    real_fit = mt.train.Trainer.fit
+
+    def recording_fit(self):
+        built.append(type(self.model))
+        return real_fit(self)
+
+    monkeypatch.setattr(mt.train.Trainer, "fit", recording_fit)
+    out = str(tmp_path / "copy")
+    base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", out, *SMALL]
+    tier = mt.Transformer if reference else fast.Transformer
+    assert main(base + ["--steps", "2"] + (["--reference"] if reference else [])) == 0
+    assert len(built) == 1 and built[0] is tier
+    metrics = json.loads(Path(os.path.join(out, "metrics.json")).read_text())
+    assert metrics["tier"] == ("reference" if reference else "fast") and metrics["settings"]["reference"] is reference
+
+    capsys.readouterr()
+    assert main(base + ["--steps", "3", "--resume"] + ([] if reference else ["--reference"])) == 0
+    assert len(built) == 2 and built[1] is tier
+    if not reference:
+        assert "continuing with the saved run's settings for reference" in capsys.readouterr().err
+
+    decoded_by = []
+    real_greedy = decoding.greedy_decode
+
+    def recording_greedy(model, src, **kw):
+        decoded_by.append(type(model))
+        return real_greedy(model, src, **kw)
+
+    monkeypatch.setattr(decoding, "greedy_decode", recording_greedy)
+    assert main(["evaluate", "--checkpoint", out]) == 0
+    assert decoded_by and set(decoded_by) == {fast.Transformer}
+
+
 def test_translate_and_evaluate_read_a_toy_checkpoint(toy_run, capsys, monkeypatch):
     metrics = json.loads(Path(os.path.join(toy_run, "metrics.json")).read_text())
     assert metrics["task"] == "toy" and "bleu" in metrics and metrics["sentences"] == 4

@@ -15,6 +15,10 @@ resume), and with the run's own settings except the stop/report options typed on
 run refuses an --out that holds a file it would write (checkpoints, metrics.json, plots); ``--overwrite``
 removes the earlier run's files instead, once the new run's config, data and model are built.
 
+``train`` builds the fast tier's model (``mt.fast.Transformer``); ``train --reference`` the readable core
+(``mt.Transformer``), to step through a run; metrics.json says which ("tier"), and a resumed run keeps
+its own. Both save the same state_dict, and ``translate`` and ``evaluate`` load any checkpoint into the fast tier.
+
 Timing note: on a small model, a multi-threaded BLAS competing with other processes for the cores can be
 many times slower than one thread; ``OPENBLAS_NUM_THREADS=1 minitransformer train ...`` avoids that.
 

@@ -19,6 +19,17 @@ class CLIError(Exception):
     """A mistake in what the user asked for: printed as one line, exit code 2."""
 
 
+def model_class(reference: bool):
+    """The Transformer class to build: the readable core ``mt.Transformer`` with ``reference``, else the fast
+    tier's ``mt.fast.Transformer``, a drop-in subclass (same config, parameter names and state_dict) that trains
+    and decodes faster. The fast tier is imported on first use: a command that builds no model never loads it."""
+    if reference:
+        return Transformer
+    from .. import fast
+
+    return fast.Transformer
+
+
 # ============================================================================ data and runs
 
 def load_pairs(task: str, split: str, data_dir=None) -> list:
@@ -36,10 +47,10 @@ def tokenizers_from_checkpoint(ck):
 
 
 def model_from_checkpoint(ck, weights=None):
-    """The model of the checkpoint's config with its weights (or ``weights``), in eval mode."""
+    """The fast tier's model with the checkpoint's config and weights (or ``weights``), in eval mode."""
     if ck.config is None:
         raise CLIError(f"checkpoint {ck.path} holds no model config")
-    model = Transformer(TransformerConfig.from_dict(ck.config))
+    model = model_class(reference=False)(TransformerConfig.from_dict(ck.config))
     model.load_state_dict(ck.weights if weights is None else weights)
     model.eval()
     return model

@@ -40,7 +40,7 @@ MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads
 # The other `train` options that become settings of the same name when given.
 _SETTING_OPTIONS = ("seed", "max_minutes", "target", "batch_size", "max_tokens", "lr_factor", "warmup",
                     "label_smoothing", "clip_norm", "vocab_size", "eval_every", "save_every", "keep", "heldout",
-                    "beam_size", "data_dir", "on_nonfinite", "progress", "plots", "limit")
+                    "beam_size", "data_dir", "on_nonfinite", "progress", "plots", "limit", "reference")
 
 
 def task_settings(args) -> dict:
@@ -49,7 +49,7 @@ def task_settings(args) -> dict:
     s = {k: v for k, v in d.items() if k != "model"}
     s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"), keep=5,
              heldout=1000, beam_size=1, on_nonfinite="stop", progress=True, plots=True, preset=d["preset"],
-             model=dict(d["model"]), data_dir=None, limit=None)
+             model=dict(d["model"]), data_dir=None, limit=None, reference=False)
     if args.preset is not None:
         s["preset"], s["model"] = args.preset, {}
     for key in _SETTING_OPTIONS:

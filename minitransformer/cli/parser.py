@@ -53,6 +53,9 @@ def _add_train(sub) -> None:
                                    "DIR/loss.png and DIR/attention.png. Unset options take the task's defaults.")
     t.add_argument("--task", required=True, choices=TASKS, help="what to learn")
     t.add_argument("--preset", choices=PRESETS, help="model size (default: the task's tuned size)")
+    t.add_argument("--reference", action="store_true", default=None,
+                   help="train the readable core model (mt.Transformer) instead of the fast tier's "
+                        "(mt.fast.Transformer), for a student who wants to step through a run")
     t.add_argument("--out", default=None, help="output folder (default: runs/<task>)")
     t.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (default 0)")
     stop = t.add_mutually_exclusive_group()

@@ -5,7 +5,7 @@
     _settings_and_checkpoint   the task's defaults with the options typed; with --resume, the saved run's
     _refuse_an_earlier_run     a fresh run never writes over a file already in --out (unless --overwrite)
     task_data                  the task's model config, batches and metric (task_data.py)
-    _build_trainer             the model, loss, Adam, Noam, Trainer
+    _build_trainer             the model (fast tier, or the core with --reference), loss, Adam, Noam, Trainer
     _start                     resume the run, or remove the earlier run's files (--overwrite)
     trainer.fit()
     _final_score               exact match or test BLEU, and a sentence for the attention plot
@@ -26,12 +26,11 @@ import time
 from .. import backend
 from .. import checkpoint as ckpt
 from ..loss import CrossEntropyLoss
-from ..model import Transformer
 from ..optim import Adam, NoamSchedule
 from ..tasks import TASKS as SEQUENCE_TASKS
 from ..tasks import exact_match
 from ..train import Trainer
-from .common import CLIError, bleu_of, load_pairs, plot_attention, plot_loss
+from .common import CLIError, bleu_of, load_pairs, model_class, plot_attention, plot_loss
 from .defaults import MODEL_OPTIONS, task_settings
 from .task_data import task_data
 
@@ -71,7 +70,8 @@ def cmd_train(args) -> int:
     summary = trainer.fit()
 
     scores, example = _final_score(settings, data, model)
-    metrics = {"task": task, "steps": summary["steps"], "epoch": summary["epoch"], "loss": summary["loss"],
+    metrics = {"task": task, "tier": "reference" if settings.get("reference") else "fast",
+               "steps": summary["steps"], "epoch": summary["epoch"], "loss": summary["loss"],
                "valid_loss": summary["valid_loss"], "train_seconds": summary["train_seconds"],
                "train_cpu_seconds": summary["train_cpu_seconds"],
                "tokens_per_second": summary["tokens_per_second"], "stop_reason": summary["stop_reason"],
@@ -176,10 +176,10 @@ def _remove_earlier_run(out: str) -> list:
 # ============================================================================ model and training
 
 def _build_trainer(settings: dict, data, out: str) -> Trainer:
-    """The model, the label-smoothed loss, and Adam (the paper's betas and eps) whose
+    """The model of the chosen tier, the label-smoothed loss, and Adam (the paper's betas and eps) whose
     learning rate the Noam schedule sets at every step, in a Trainer that saves into ``out``."""
     config = data.config
-    model = Transformer(config)
+    model = model_class(bool(settings.get("reference")))(config)
     loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
     optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
