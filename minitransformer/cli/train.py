@@ -1,7 +1,8 @@
 """``minitransformer train``: settings, run folder, data, model, training, final score, files.
 
-``cmd_train`` runs these steps in order, each a function below:
+``cmd_train`` runs these steps in order:
 
+    _make_out_folder           --out, created (or refused if it is a file)
     _settings_and_checkpoint   the task's defaults with the options typed; with --resume, the saved run's
     _refuse_an_earlier_run     a fresh run never writes over a file already in --out (unless --overwrite)
     task_data                  the task's model config, batches and metric (task_data.py)
