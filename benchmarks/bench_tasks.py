@@ -3,10 +3,10 @@ reached and how long it trained: the figures the README's "Results" table report
 
     python benchmarks/bench_tasks.py [--tasks copy,reverse,toy] [--seeds 0,1] [--out runs/bench]
 
-Targets (issues #3 and #4): copy 100% exact match in under 30 s of training, reverse >= 99% in under
-3 minutes, toy test BLEU >= 95 within 5 minutes, on 2 CPU cores. Each run is a fresh
-``minitransformer train`` subprocess; the times are read from its metrics.json (``train_seconds`` is
-the time inside training steps, ``wall_seconds`` the whole command).
+Targets: copy 100% exact match in under 30 s of training, reverse >= 99% in under 3 minutes, toy test
+BLEU >= 95 within 5 minutes, on 2 CPU cores. Each run is a fresh ``minitransformer train`` subprocess; the
+times are read from its metrics.json (``train_seconds`` is the time inside training steps, ``wall_seconds``
+the whole command).
 """
 
 from __future__ import annotations

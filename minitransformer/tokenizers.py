@@ -236,8 +236,8 @@ class BPETokenizer(_Tokenizer):
     corpus (weighted by how often each piece occurs), merge the most frequent pair everywhere (ties: the
     alphabetically first pair), and record the merge. The vocabulary is the specials, every character seen
     (plain and with </w>), one new symbol per merge, and last ``<unk></w>``: the end-of-word form of <unk>,
-    which every character has too (it comes last so that the other ids are those of vocabularies saved
-    before it existed; such a vocabulary loads unchanged and encodes an unknown word end as plain <unk>).
+    which every character has too (it comes last so that a vocabulary saved without it has the same ids for
+    everything else: such a vocabulary loads unchanged and encodes an unknown word end as plain <unk>).
 
     Encoding applies the recorded merges to a piece in the order they were learned (always the lowest-ranked
     pair present first), which reproduces the training segmentation. Pieces are cached, so a corpus costs
@@ -359,8 +359,8 @@ class BPETokenizer(_Tokenizer):
         return ids
 
     def _symbol_id(self, symbol: str) -> int:
-        """The id of a symbol; an unseen character is <unk>, or <unk></w> when it ends a word (a vocabulary
-        saved before <unk></w> existed lacks it, and ``self.vocab`` then gives <unk>)."""
+        """The id of a symbol; an unseen character is <unk>, or <unk></w> when it ends a word (in a vocabulary
+        saved without <unk></w>, ``self.vocab`` gives <unk> instead)."""
         if symbol in self.vocab or not symbol.endswith(END_OF_WORD):
             return self.vocab[symbol]
         return self.vocab[UNK_END_OF_WORD]

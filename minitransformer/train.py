@@ -1,6 +1,6 @@
 """The training loop: batches in, loss down, checkpoints out, and a run that can be killed and resumed.
 
-One training step is the chain of the design notes, nothing hidden:
+One training step, nothing hidden:
 
     logits = model(src, tgt_in)                 forward, caches what backward needs      (B,T,V)
     loss = loss_fn(logits, tgt_out)             mean over the non-pad target tokens

@@ -273,7 +273,7 @@ def test_manager_keeps_last_k_and_latest(tmp_path):
 
 def test_latest_is_a_file_of_its_own(tmp_path):
     """Restoring a backup with ``cp backup/checkpoint.npz run/checkpoint.npz`` writes into the existing file.
-    When checkpoint.npz was a hard link to checkpoint-<step>.npz, that silently rewrote the step file too."""
+    Were checkpoint.npz a hard link to checkpoint-<step>.npz, that would silently rewrite the step file too."""
     model = small_model()
     manager = ck.CheckpointManager(tmp_path / "run", keep=5)
     manager.save(10, weights=model.state_dict())

@@ -52,6 +52,46 @@ def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
     assert "exact match on 20 held-out sequences" in printed
 
 
+@pytest.mark.parametrize("reference", [False, True])
+def test_train_builds_the_fast_tier_or_with_reference_the_core(tmp_path, capsys, monkeypatch, reference):
+    """train builds mt.fast.Transformer, and exactly mt.Transformer (not a subclass) with --reference; metrics.json
+    says which, a resumed run keeps its tier, and evaluate decodes any checkpoint with the fast tier."""
+    from minitransformer import decoding, fast
+
+    built = []
+    real_fit = mt.train.Trainer.fit
+
+    def recording_fit(self):
+        built.append(type(self.model))
+        return real_fit(self)
+
+    monkeypatch.setattr(mt.train.Trainer, "fit", recording_fit)
+    out = str(tmp_path / "copy")
+    base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", out, *SMALL]
+    tier = mt.Transformer if reference else fast.Transformer
+    assert main(base + ["--steps", "2"] + (["--reference"] if reference else [])) == 0
+    assert len(built) == 1 and built[0] is tier
+    metrics = json.loads(Path(os.path.join(out, "metrics.json")).read_text())
+    assert metrics["tier"] == ("reference" if reference else "fast") and metrics["settings"]["reference"] is reference
+
+    capsys.readouterr()
+    assert main(base + ["--steps", "3", "--resume"] + ([] if reference else ["--reference"])) == 0
+    assert len(built) == 2 and built[1] is tier
+    if not reference:
+        assert "continuing with the saved run's settings for reference" in capsys.readouterr().err
+
+    decoded_by = []
+    real_greedy = decoding.greedy_decode
+
+    def recording_greedy(model, src, **kw):
+        decoded_by.append(type(model))
+        return real_greedy(model, src, **kw)
+
+    monkeypatch.setattr(decoding, "greedy_decode", recording_greedy)
+    assert main(["evaluate", "--checkpoint", out]) == 0
+    assert decoded_by and set(decoded_by) == {fast.Transformer}
+
+
 def test_translate_and_evaluate_read_a_toy_checkpoint(toy_run, capsys, monkeypatch):
     metrics = json.loads(Path(os.path.join(toy_run, "metrics.json")).read_text())
     assert metrics["task"] == "toy" and "bleu" in metrics and metrics["sentences"] == 4
@@ -79,7 +119,7 @@ def test_translate_and_evaluate_read_a_toy_checkpoint(toy_run, capsys, monkeypat
 
 def test_evaluate_decodes_with_the_beam_and_alpha_it_reports(toy_run, tmp_path, capsys, monkeypatch):
     """evaluate --beam-size/--alpha reach beam search for translation and for sequence tasks, and the JSON
-    says what was run (alpha was once parsed but dropped, and a copy task's beam size recorded but unused)."""
+    says what was run: an option that is parsed and recorded must also be the one the decoder used."""
     from minitransformer import decoding
 
     calls = []
@@ -89,7 +129,7 @@ def test_evaluate_decodes_with_the_beam_and_alpha_it_reports(toy_run, tmp_path, 
         return real_beam_search(model, src, beam_size=beam_size, alpha=alpha, **kw)
 
     real_beam_search = decoding.beam_search
-    monkeypatch.setattr(decoding, "beam_search", recording_beam_search)    # cli and tasks import it when they run
+    monkeypatch.setattr(decoding, "beam_search", recording_beam_search)    # cli and tasks look it up when they run
     json_path = str(tmp_path / "toy.json")
     assert main(["evaluate", "--checkpoint", toy_run, "--limit", "3", "--beam-size", "3", "--alpha", "1.5",
                  "--json", json_path]) == 0
@@ -232,8 +272,8 @@ def step_files(folder):
 
 
 def test_plain_resume_keeps_the_runs_own_stop_and_report_settings(tmp_path, capsys):
-    """Only what the user typed replaces a saved setting (the task's defaults once did: a plain --resume of a
-    6-step run trained on to step 300, saving every 500 and keeping 5)."""
+    """Only what the user typed replaces a saved setting, never the task's defaults: otherwise a plain --resume
+    of a 6-step run would train on to the default 3000 steps, saving every 500 and keeping 5."""
     out = str(tmp_path / "copy")
     base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", out, *SMALL]
     assert main(base + ["--steps", "6", "--eval-every", "3", "--save-every", "3", "--keep", "2"]) == 0
@@ -255,8 +295,8 @@ def test_plain_resume_keeps_the_runs_own_stop_and_report_settings(tmp_path, caps
 
 
 def test_resume_without_checkpoint_npz_continues_from_the_newest_step_file(tmp_path, capsys):
-    """checkpoint.npz deleted: --resume once started from scratch, and pruning then deleted the new run's files
-    while keeping the old run's."""
+    """checkpoint.npz deleted: --resume continues from the newest step file. Starting from scratch instead would
+    put two runs in one folder, and pruning would delete the new run's files while keeping the old run's."""
     out = str(tmp_path / "copy")
     base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--eval-every", "1000", "--out", out, *SMALL]
     assert main(base + ["--steps", "8", "--save-every", "2", "--keep", "3"]) == 0

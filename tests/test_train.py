@@ -255,7 +255,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="target needs a metric_fn"):
         make_trainer(max_steps=1, target=1.0)
     metric = lambda model: 0.5
-    for bad, match in [({"max_skips": 0}, "max_skips must be a positive int"),   # 0 made "skip" stop at once
+    for bad, match in [({"max_skips": 0}, "max_skips must be a positive int"),   # 0: "skip" would stop at once
                        ({"max_skips": 2.5}, "max_skips must be a positive int"),
                        ({"max_skips": "3"}, "max_skips must be a positive int"),
                        ({"target": "0.9", "eval_every": 1}, "target must be a finite number"),

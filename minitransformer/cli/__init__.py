@@ -1,0 +1,81 @@
+"""The command line: ``minitransformer train | translate | evaluate | gradcheck | download``.
+
+    minitransformer train --task copy --out runs/copy          # seconds; 100% exact match
+    minitransformer train --task toy --out runs/toy            # minutes; English -> German, BLEU
+    minitransformer translate --checkpoint runs/toy "the dog sees the cat ."
+    minitransformer evaluate --checkpoint runs/toy --split test --beam-size 4
+    minitransformer gradcheck                                  # every layer's finite-difference check
+    minitransformer download --dir data/multi30k
+
+``python -m minitransformer ...`` is the same. ``train`` writes into --out: metrics.json, checkpoint.npz
+(plus checkpoint-<step>.npz, the last few), loss.png and attention.png. ``--resume`` continues a run
+killed or stopped earlier from its checkpoint (the newest checkpoint-<step>.npz if checkpoint.npz is gone),
+step for step with exactly the numbers the uninterrupted run would have (a time limit counts from the
+resume), and with the run's own settings except the stop/report options typed on its command line. A fresh
+run refuses an --out that holds a file it would write (checkpoints, metrics.json, plots); ``--overwrite``
+removes the earlier run's files instead, once the new run's config, data and model are built.
+
+``train`` builds the fast tier's model (``mt.fast.Transformer``); ``train --reference`` the readable core
+(``mt.Transformer``), to step through a run; metrics.json says which ("tier"), and a resumed run keeps
+its own. Both save the same state_dict, and ``translate`` and ``evaluate`` load any checkpoint into the fast tier.
+
+Timing note: on a small model, a multi-threaded BLAS competing with other processes for the cores can be
+many times slower than one thread; ``OPENBLAS_NUM_THREADS=1 minitransformer train ...`` avoids that.
+
+Errors in what the user typed (unknown task, a missing checkpoint, a damaged file) give a one-line message
+and exit code 2, never a traceback; set MINITRANSFORMER_TRACEBACK=1 to see one anyway.
+
+The modules: parser.py (the options), defaults.py (each task's tuned settings), one per command (train.py
+with task_data.py, translate.py, evaluate.py, gradcheck.py, download.py), common.py (what several share).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..train import NonFiniteError
+from .common import CLIError
+from .download import cmd_download
+from .evaluate import cmd_evaluate
+from .gradcheck import cmd_gradcheck
+from .parser import build_parser
+from .train import cmd_train
+from .translate import cmd_translate
+
+COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "gradcheck": cmd_gradcheck,
+            "download": cmd_download}
+
+__all__ = ["COMMANDS", "CLIError", "build_parser", "main"]
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit code (0 success, 1 failure, 2 bad input, 130 interrupted)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)          # exits with code 2 and the usage on bad arguments
+    prog = f"minitransformer {args.command}"
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:                 # `minitransformer ... | head`: the reader left, nothing to report
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 0
+    except NonFiniteError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 1
+    except (CLIError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, ValueError,
+            TypeError) as err:
+        if os.environ.get("MINITRANSFORMER_TRACEBACK"):
+            raise
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:                  # a network error of `download`, a full disk, ...
+        if os.environ.get("MINITRANSFORMER_TRACEBACK"):
+            raise
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1

@@ -1,0 +1,150 @@
+"""What several commands share: the model class, loading a run, the data splits, translating and BLEU, plots."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy
+
+from .. import checkpoint as ckpt
+from .. import datasets, decoding
+from ..bleu import corpus_bleu
+from ..model import Transformer, TransformerConfig
+from ..tokenizers import UNK, tokenizer_from_json
+
+
+class CLIError(Exception):
+    """A mistake in what the user asked for: printed as one line, exit code 2."""
+
+
+def model_class(reference: bool):
+    """The Transformer class to build: the readable core ``mt.Transformer`` with ``reference``, else the fast
+    tier's ``mt.fast.Transformer``, a drop-in subclass (same config, parameter names and state_dict) that trains
+    and decodes faster. The fast tier is imported on first use: a command that builds no model never loads it."""
+    if reference:
+        return Transformer
+    from .. import fast
+
+    return fast.Transformer
+
+
+# ============================================================================ data and runs
+
+def load_pairs(task: str, split: str, data_dir=None) -> list:
+    """(source text, target text) pairs of a translation task's split."""
+    if task == "toy":
+        return datasets.load_toy(split)
+    return datasets.load_multi30k(data_dir, split)
+
+
+def tokenizers_from_checkpoint(ck):
+    """(source, target) tokenisers saved with a run; (None, None) for a copy/reverse run, which has none."""
+    if not ck.tokenizers:
+        return None, None
+    return tokenizer_from_json(ck.tokenizers["src"]), tokenizer_from_json(ck.tokenizers["tgt"])
+
+
+def model_from_checkpoint(ck, weights=None):
+    """The fast tier's model with the checkpoint's config and weights (or ``weights``), in eval mode."""
+    if ck.config is None:
+        raise CLIError(f"checkpoint {ck.path} holds no model config")
+    model = model_class(reference=False)(TransformerConfig.from_dict(ck.config))
+    model.load_state_dict(ck.weights if weights is None else weights)
+    model.eval()
+    return model
+
+
+def load_run(path, average: int | None = None):
+    """(checkpoint, model, src tokenizer, tgt tokenizer, the checkpoint files used) of a run folder or file.
+
+    With ``average``: the weights are the mean of ``average`` checkpoint-<step>.npz files of the folder, those
+    ending at the named file's step when it is a step file, else (the folder, checkpoint.npz) the newest.
+    """
+    file = ckpt.resolve_checkpoint(path)
+    ck = ckpt.load_checkpoint(file)
+    used = [file]
+    weights = None
+    if average is not None:
+        folder = os.path.dirname(os.path.abspath(file))
+        up_to = ckpt.step_of_file(file)                    # None for checkpoint.npz: the newest
+        where = folder if up_to is None else f"{folder} up to step {up_to}"
+        used = ckpt.last_checkpoints(folder, average, up_to_step=up_to)
+        if not used:
+            raise CLIError(f"--average {average}: no checkpoint-<step>.npz files in {where}")
+        if len(used) < average:
+            print(f"--average {average}: only {len(used)} checkpoint-<step>.npz file(s) in {where}; "
+                  f"averaging those", file=sys.stderr)
+        weights = ckpt.average_checkpoints(used)
+    model = model_from_checkpoint(ck, weights)
+    src_tok, tgt_tok = tokenizers_from_checkpoint(ck)
+    return ck, model, src_tok, tgt_tok, used
+
+
+# ============================================================================ translating and scoring
+
+def translate_texts(model, src_tok, tgt_tok, texts, beam_size: int = 1, alpha: float = 0.6,
+                    batch_size: int = 100) -> list:
+    """Translate sentences (batched, sorted by length); returns the detokenised outputs in input order."""
+    c = model.config
+    encoded = [src_tok.encode(text)[: c.max_len] or [UNK] for text in texts]  # an empty line still needs a token
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    out = [None] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        src = numpy.full((len(idx), max(len(encoded[i]) for i in idx)), c.pad_id, dtype=numpy.int64)  # (B,S)
+        for row, i in enumerate(idx):
+            src[row, :len(encoded[i])] = encoded[i]
+        if beam_size > 1:
+            hyps = decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha)
+        else:
+            hyps = decoding.greedy_decode(model, src)
+        for i, h in zip(idx, hyps):
+            out[i] = tgt_tok.decode(h)
+    return out
+
+
+def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1, alpha: float = 0.6) -> tuple:
+    """(corpus BLEU of the model's translations of the pairs' sources, the translations)."""
+    hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in pairs], beam_size=beam_size, alpha=alpha)
+    return corpus_bleu(hyps, [t for _, t in pairs], lowercase=lowercase), hyps
+
+
+# ============================================================================ plots
+
+def _save_figure(fig, path: str) -> None:
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
+def plot_loss(trainer, path: str) -> None:
+    """The training loss of every step and the validation loss of every evaluation (log scale if all > 0)."""
+    # matplotlib is slow to import: only when a plot is drawn
+    from .. import viz
+
+    steps = numpy.array([h[0] for h in trainer.history], dtype=float)       # (n,)
+    losses = numpy.array([h[1] for h in trainer.history], dtype=float)      # (n,)
+    valid = [(s, v) for s, v, _ in trainer.valid_history if math.isfinite(v)]
+    valid_series = None
+    if valid:
+        valid_series = (numpy.array([s for s, _ in valid], dtype=float), numpy.array([v for _, v in valid]))
+    positive = bool((losses > 0).all()) and (valid_series is None or bool((valid_series[1] > 0).all()))
+    _save_figure(viz.loss_curves((steps, losses), valid_series, title="Training loss", logy=positive), path)
+
+
+def plot_attention(model, src_ids, src_labels, tgt_label_fn, path: str, title: str) -> None:
+    """Cross-attention of every head, in every decoder layer (only the last when there are more than 4), for one
+    source sentence and the model's own output."""
+    from .. import viz
+
+    c = model.config
+    model.eval()
+    src = numpy.asarray([src_ids], dtype=numpy.int64)                        # (1,S)
+    hyp = decoding.greedy_decode(model, src)[0]
+    tgt_in = numpy.asarray([[c.bos_id] + hyp], dtype=numpy.int64)            # (1,T)
+    model(src, tgt_in)
+    cross = [a[0] for a in model.attention_maps()["decoder_cross"]]          # per layer (H,T,S)
+    if len(cross) > 4:
+        cross = cross[-1]
+    y_labels = [tgt_label_fn(i) for i in hyp] + ["<eos>"]
+    _save_figure(viz.attention_grid(cross, x_labels=src_labels, y_labels=y_labels, title=title), path)

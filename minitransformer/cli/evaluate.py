@@ -1,0 +1,48 @@
+"""``minitransformer evaluate``: a checkpoint's BLEU on a data split (exact match for copy/reverse), printed
+and written as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..checkpoint import step_of_file
+from ..tasks import TASKS as SEQUENCE_TASKS
+from ..tasks import SequenceTask, exact_match
+from .common import CLIError, bleu_of, load_pairs, load_run
+
+
+def cmd_evaluate(args) -> int:
+    ck, model, src_tok, tgt_tok, used = load_run(args.checkpoint, args.average)
+    task = ck.extra.get("task")
+    settings = ck.extra.get("settings") or {}
+    split = "heldout" if task in SEQUENCE_TASKS else args.split   # a sequence task has its held-out set
+    decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.alpha}"
+    # the step of the newest checkpoint evaluated (averaged files are checkpoint-<step>.npz: the name says it)
+    step = ck.step if args.average is None else step_of_file(used[-1])
+    result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
+              "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
+              "averaged": len(used) if args.average else 1, "step": step}
+    avg = ""
+    if args.average:
+        avg = f", average of {len(used)} checkpoints, steps {step_of_file(used[0])}-{step}"
+    if task in SEQUENCE_TASKS:
+        pairs = SequenceTask(task).heldout(settings.get("heldout", 1000))[: args.limit]
+        score = exact_match(model, pairs, beam_size=args.beam_size, alpha=args.alpha)
+        result.update(exact_match=score, sentences=len(pairs))
+        print(f"exact match ({task}, {len(pairs)} held-out sequences, {decoding}{avg}): {100 * score:.2f}%")
+    elif task in ("toy", "multi30k"):
+        if src_tok is None:
+            raise CLIError(f"checkpoint {used[-1]} holds no tokenisers; cannot evaluate a translation task")
+        pairs = load_pairs(task, args.split, args.data_dir or settings.get("data_dir"))[: args.limit]
+        lowercase = task == "multi30k"
+        score, _ = bleu_of(model, src_tok, tgt_tok, pairs, lowercase, beam_size=args.beam_size, alpha=args.alpha)
+        result.update(bleu=score, sentences=len(pairs), lowercase=lowercase)
+        print(f"BLEU ({task} {args.split}, {len(pairs)} sentences, {decoding}{avg}"
+              f"{', lowercased' if lowercase else ''}): {score:.2f}")
+    else:
+        raise CLIError(f"checkpoint {used[-1]} does not say which task it was trained on (task={task!r})")
+    json_path = args.json_path or os.path.join(os.path.dirname(os.path.abspath(used[-1])), f"eval-{split}.json")
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    return 0

@@ -1,0 +1,105 @@
+"""What `train` trains on: for each task the model config, the training stream, validation batches and metric."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..batching import BucketBatcher
+from ..model import TransformerConfig
+from ..tasks import TASKS as SEQUENCE_TASKS
+from ..tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
+from ..tokenizers import BPETokenizer, WordTokenizer
+from .common import bleu_of, load_pairs, tokenizers_from_checkpoint
+
+TRANSLATION_MAX_LEN = 256          # positions of a translation model; longer pairs are left out of training
+VALID_SENTENCES = 200              # BLEU during training on at most this many valid sentences: decoding is slow
+
+
+@dataclass
+class TaskData:
+    """What a task gives a run. A sequence task (copy, reverse) has held-out pairs; a translation task (toy,
+    multi30k) has tokenisers."""
+
+    config: TransformerConfig
+    train_data: object                 # a resumable batch source: TaskBatches or BucketBatcher
+    valid_batches: list                # for the validation loss
+    metric_fn: object                  # metric_fn(model) -> exact match in [0, 1] or BLEU
+    heldout: list = field(default_factory=list)
+    src_tok: object = None
+    tgt_tok: object = None
+
+    def tokenizers(self) -> dict:
+        """The vocabularies as the checkpoints store them ({} for a sequence task)."""
+        return {} if self.src_tok is None else {"src": self.src_tok.to_json(), "tgt": self.tgt_tok.to_json()}
+
+
+def task_data(settings: dict, resume_from=None) -> TaskData:
+    """The data of the run's task; a resumed translation run keeps the vocabularies of its checkpoint."""
+    if settings["task"] in SEQUENCE_TASKS:
+        return _sequence_data(settings)
+    return _translation_data(settings, resume_from)
+
+
+def _make_config(settings: dict, src_vocab: int, tgt_vocab: int, **extra) -> TransformerConfig:
+    return TransformerConfig.preset(settings["preset"], src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab,
+                                    **{**settings["model"], **extra})
+
+
+def _sequence_data(settings: dict) -> TaskData:
+    """copy, reverse: batches generated from the seed, exact match on the held-out sequences."""
+    seq = SequenceTask(settings["task"])
+    config = _make_config(settings, seq.vocab_size, seq.vocab_size, max_len=max(64, seq.max_len + 2))
+    train_data = TaskBatches(seq, batch_size=settings["batch_size"], seed=settings["seed"])
+    heldout = seq.heldout(settings["heldout"])
+
+    def metric_fn(model):
+        return exact_match(model, heldout)
+
+    return TaskData(config, train_data, heldout_batches(heldout), metric_fn, heldout=heldout)
+
+
+def _translation_data(settings: dict, resume_from) -> TaskData:
+    """toy, multi30k: token-budgeted batches of similar length, BLEU on the first valid sentences."""
+    task = settings["task"]
+    train_text = load_pairs(task, "train", settings["data_dir"])
+    valid_text = load_pairs(task, "valid", settings["data_dir"])
+    if resume_from is not None:
+        src_tok, tgt_tok = tokenizers_from_checkpoint(resume_from)
+    else:
+        print(f"building vocabularies from {len(train_text)} training pairs ...")
+        src_tok, tgt_tok = _build_tokenizers(task, settings, train_text)
+    max_len = TRANSLATION_MAX_LEN
+    config = _make_config(settings, src_tok.vocab_size, tgt_tok.vocab_size, max_len=max_len,
+                          share_embeddings=src_tok is tgt_tok or task == "multi30k")
+    train_ids = _encode_pairs(train_text, src_tok, tgt_tok, max_len - 1)
+    valid_ids = _encode_pairs(valid_text, src_tok, tgt_tok, max_len - 1)
+    train_data = BucketBatcher(train_ids, max_tokens=settings["max_tokens"], seed=settings["seed"])
+    valid_batcher = BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False)
+    valid_batches = [valid_batcher.batch(ix) for ix in valid_batcher.batches_for_epoch(0)]
+    lowercase = task == "multi30k"
+    eval_pairs = valid_text[:min(VALID_SENTENCES, settings["limit"] or VALID_SENTENCES)]
+
+    def metric_fn(model):
+        return bleu_of(model, src_tok, tgt_tok, eval_pairs, lowercase)[0]
+
+    return TaskData(config, train_data, valid_batches, metric_fn, src_tok=src_tok, tgt_tok=tgt_tok)
+
+
+def _encode_pairs(pairs, src_tok, tgt_tok, max_len: int) -> list:
+    """Token id pairs. A pair is dropped when either side is empty, its source is longer than max_len, or its
+    target is max_len or longer (the decoder reads it with <bos> in front, and predicts <eos> after it)."""
+    out = []
+    for src, tgt in pairs:
+        s, t = src_tok.encode(src), tgt_tok.encode(tgt)
+        if 0 < len(s) <= max_len and 0 < len(t) < max_len:
+            out.append((s, t))
+    return out
+
+
+def _build_tokenizers(task: str, settings: dict, train_pairs: list):
+    """toy: a word vocabulary per language; multi30k: one lowercase BPE shared by both sides, as in the paper."""
+    if task == "toy":
+        return (WordTokenizer.build([s for s, _ in train_pairs]), WordTokenizer.build([t for _, t in train_pairs]))
+    texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
+    shared = BPETokenizer.learn(texts, vocab_size=settings["vocab_size"], lowercase=True)
+    return shared, shared
