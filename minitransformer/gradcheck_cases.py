@@ -50,6 +50,13 @@ def gradcheck_cases(rng: numpy.random.Generator):
         ("Encoder (2 layers)", model.Encoder(2, D, H, F), (x(B, S, D), src_mask)),
         ("Decoder (2 layers)", model.Decoder(2, D, H, F), (x(B, T, D), x(B, S, D), tgt_mask, src_mask)),
         ("TiedProjection", model.TiedProjection(Parameter(x(V, D))), (x(B, T, D),)),
+        ("MultiHeadAttention (self, restricted r=1)", _SelfAttention(layers.MultiHeadAttention(D, H)),
+         (x(B, T, D), masks.padding_mask(tgt, 0) & masks.local_mask(T, 1))),
+        ("ScaledDotProductAttention (unscaled)", layers.ScaledDotProductAttention(scale=False),
+         (x(B, H, T, 3), x(B, H, S, 3), x(B, H, S, 3), src_mask)),
+        ("AdditiveAttention", layers.AdditiveAttention(3, 5), (x(B, H, T, 3), x(B, H, S, 3), x(B, H, S, 4), src_mask)),
+        ("RNN", layers.RNN(D), (x(B, T, D),)),
+        ("Conv1d (kernel 3)", layers.Conv1d(D, 3), (x(B, T, D),)),
     ]
     config = model.TransformerConfig(V, V, d_model=D, num_heads=H, num_encoder_layers=2, num_decoder_layers=2,
                                      d_ff=F, dropout=0.0, max_len=16, share_embeddings=True)
@@ -68,9 +75,12 @@ class _SelfAttention(Module):
         self.mha = mha
 
     def forward(self, x, mask=None):
-        return self.mha(x, x, x, mask)                                         # (B,T,D)
+        out = self.mha(x, x, x, mask)                                          # (B,T,D)
+        self.save_for_backward(out)
+        return out
 
     def backward(self, dout):
+        self.saved(dout)
         dq, dk, dv = self.mha.backward(dout)
         return dq + dk + dv                                                    # (B,T,D)
 
@@ -87,9 +97,12 @@ class _Residual(Module):
         self.sublayer = layers.SublayerConnection(d_model, dropout=0.3)
 
     def forward(self, x):
-        return self.sublayer(x, self.ffn)                                      # (B,T,D)
+        out = self.sublayer(x, self.ffn)                                       # (B,T,D)
+        self.save_for_backward(out)
+        return out
 
     def backward(self, dout):
+        self.saved(dout)
         return self.sublayer.backward(dout, self.ffn.backward)                 # (B,T,D)
 
 
@@ -101,7 +114,10 @@ class _LossModule(Module):
         self.loss_fn, self.target = loss_fn, target
 
     def forward(self, logits):
-        return numpy.asarray(self.loss_fn(logits, self.target))                # () the loss
+        out = numpy.asarray(self.loss_fn(logits, self.target))                 # () the loss
+        self.save_for_backward(out)
+        return out
 
     def backward(self, dout):
+        self.saved(dout)
         return self.loss_fn.backward() * dout                                  # (B,T,V)

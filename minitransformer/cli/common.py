@@ -11,7 +11,9 @@ import numpy
 from .. import checkpoint as ckpt
 from .. import datasets, decoding
 from ..bleu import corpus_bleu
+from ..loss import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
+from ..optim import Adam
 from ..tokenizers import UNK, tokenizer_from_json
 
 
@@ -19,15 +21,20 @@ class CLIError(Exception):
     """A mistake in what the user asked for: printed as one line, exit code 2."""
 
 
-def model_class(reference: bool):
-    """The Transformer class to build: the readable core ``mt.Transformer`` with ``reference``, else the fast
-    tier's ``mt.fast.Transformer``, a drop-in subclass (same config, parameter names and state_dict) that trains
-    and decodes faster. The fast tier is imported on first use: a command that builds no model never loads it."""
+def tier(reference: bool) -> tuple:
+    """(Transformer, CrossEntropyLoss, Adam) of the tier to train: the readable core with ``reference``, else
+    the fast tier, whose classes are drop-in subclasses of the core's (same config, parameter names, state_dict
+    and arithmetic) that train and decode faster. The fast tier is imported on first use."""
     if reference:
-        return Transformer
+        return Transformer, CrossEntropyLoss, Adam
     from .. import fast
 
-    return fast.Transformer
+    return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
+
+
+def model_class(reference: bool):
+    """The Transformer class of that tier."""
+    return tier(reference)[0]
 
 
 # ============================================================================ data and runs

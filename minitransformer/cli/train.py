@@ -26,12 +26,11 @@ import time
 
 from .. import backend
 from .. import checkpoint as ckpt
-from ..loss import CrossEntropyLoss
-from ..optim import Adam, NoamSchedule
+from ..optim import NoamSchedule
 from ..tasks import TASKS as SEQUENCE_TASKS
 from ..tasks import exact_match
 from ..train import Trainer
-from .common import CLIError, bleu_of, load_pairs, model_class, plot_attention, plot_loss
+from .common import CLIError, bleu_of, load_pairs, plot_attention, plot_loss, tier
 from .defaults import MODEL_OPTIONS, task_settings
 from .task_data import task_data
 
@@ -180,7 +179,8 @@ def _build_trainer(settings: dict, data, out: str) -> Trainer:
     """The model of the chosen tier, the label-smoothed loss, and Adam (the paper's betas and eps) whose
     learning rate the Noam schedule sets at every step, in a Trainer that saves into ``out``."""
     config = data.config
-    model = model_class(bool(settings.get("reference")))(config)
+    Transformer, CrossEntropyLoss, Adam = tier(bool(settings.get("reference")))
+    model = Transformer(config)
     loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
     optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
