@@ -1,5 +1,5 @@
 """Shared fixtures: every test starts on the session's backend in float32 with a fixed seed, and any
-change a test makes to the backend state is undone afterwards.
+change a test makes to the backend state (or to the fast tier's thread count) is undone afterwards.
 
 The session's backend is NumPy, unless MINITRANSFORMER_BACKEND=cupy (benchmarks/gpu.sh runs the gradient
 checks so on a GPU) or MINITRANSFORMER_TEST_BACKEND=fakecupy (the same on tests/fakecupy.py, the CPU
@@ -22,11 +22,11 @@ if os.environ.get("MINITRANSFORMER_TEST_BACKEND") == "fakecupy":
 @pytest.fixture(autouse=True)
 def _restore_backend():
     backend, xp, dtype = mt.get_backend(), mt.backend.xp(), mt.get_default_dtype()
-    threads = mt.backend.get_num_threads()
+    threads = mt.fast.get_num_threads()
     mt.manual_seed(0)
     yield
-    if mt.backend.get_num_threads() != threads:
-        mt.backend.set_num_threads(threads)
+    if mt.fast.get_num_threads() != threads:
+        mt.fast.set_num_threads(threads)
     if mt.get_backend() != backend:
         mt.set_backend(xp)          # the module itself: the fake has no name set_backend knows
     mt.set_default_dtype(dtype)

@@ -179,20 +179,10 @@ def test_bad_target_raises_naming_it(target, match):
 
 
 def test_bad_logits_raise():
-    with pytest.raises(ValueError, match="logits must be a float array"):
+    with pytest.raises(TypeError, match="CrossEntropyLoss: logits must be a float array, got dtype int64"):
         CrossEntropyLoss()(np.zeros((2, 3), dtype=np.int64), np.zeros(2, dtype=np.int64))
-    with pytest.raises(ValueError, match="logits"):
+    with pytest.raises(TypeError, match="CrossEntropyLoss: logits must be a float array, got list"):
         CrossEntropyLoss()([[0.0, 1.0]], np.zeros(1, dtype=np.int64))
-
-
-@pytest.mark.parametrize("kwargs,match", [
-    ({"label_smoothing": 1.0}, r"label_smoothing must be a float in \[0, 1\), got 1.0"),
-    ({"label_smoothing": -0.1}, "label_smoothing"),
-    ({"ignore_index": 0.5}, "ignore_index must be an int"),
-])
-def test_bad_constructor_arguments(kwargs, match):
-    with pytest.raises((ValueError, TypeError), match=match):
-        CrossEntropyLoss(**kwargs)
 
 
 # ------------------------------------------------------------------------------------------------- CuPy
