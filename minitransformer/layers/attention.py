@@ -73,32 +73,32 @@ class ScaledDotProductAttention(Module):
 
     def forward(self, q, k, v, mask=None):
         scale = 1.0 / math.sqrt(q.shape[-1]) if self.scale else 1.0
-        scores = (q @ k.swapaxes(-1, -2)) * scale              # Q K^T / sqrt(d_k)   (B,H,Tq,Tk)
+        scores = (q @ k.swapaxes(-1, -2)) * scale              # S = Q K^T / sqrt(d_k)   (B,H,Tq,Tk)
         has_key = None
         if mask is not None:
             scores = self.mask_layer.forward(scores, mask)     # (B,H,Tq,Tk)
             has_key = mask.any(axis=-1, keepdims=True)         # (B,1,Tq|1,1) False: every key of the row is masked
-        attn = self.softmax.forward(scores)                    # (B,H,Tq,Tk), rows sum to 1
+        attn = self.softmax.forward(scores)                    # A = softmax(S), rows sum to 1   (B,H,Tq,Tk)
         if has_key is not None:
             attn = attn * has_key                              # a row with no key at all: zero weights
         self.attn = attn
         attn_dropped = self.dropout.forward(attn)              # (B,H,Tq,Tk)
-        out = attn_dropped @ v                                 # (B,H,Tq,Dv)
+        out = attn_dropped @ v                                 # A V   (B,H,Tq,Dv)
         self.save_for_backward(out, q=q, k=k, v=v, attn_dropped=attn_dropped, scale=scale, has_key=has_key)
         return out
 
-    def backward(self, dout):                                  # dout (B,H,Tq,Dv)
+    def backward(self, dout):                                  # dout (B,H,Tq,Dv); forward's steps in reverse
         c = self.saved(dout)
-        dv = c.attn_dropped.swapaxes(-1, -2) @ dout            # (B,H,Tk,Dv)
-        dattn = self.dropout.backward(dout @ c.v.swapaxes(-1, -2))  # (B,H,Tq,Tk)
+        dv = c.attn_dropped.swapaxes(-1, -2) @ dout            # out = A V:  dV = A^T dout          (B,H,Tk,Dv)
+        dattn = self.dropout.backward(dout @ c.v.swapaxes(-1, -2))  # dA = dout V^T, through dropout  (B,H,Tq,Tk)
         if c.has_key is not None:
-            dattn = dattn * c.has_key
-        dscores = self.softmax.backward(dattn)                 # (B,H,Tq,Tk)
+            dattn = dattn * c.has_key                          # rows with no key had constant zero weights
+        dscores = self.softmax.backward(dattn)                 # through softmax                    (B,H,Tq,Tk)
         if c.has_key is not None:
-            dscores = self.mask_layer.backward(dscores)
-        dscores = dscores * c.scale
-        dq = dscores @ c.k                                     # (B,H,Tq,Dk)
-        dk = dscores.swapaxes(-1, -2) @ c.q                    # (B,H,Tk,Dk)
+            dscores = self.mask_layer.backward(dscores)        # masked scores were constants: 0 there
+        dscores = dscores * c.scale                            # through the 1/sqrt(d_k)
+        dq = dscores @ c.k                                     # S = Q K^T:  dQ = dS K              (B,H,Tq,Dk)
+        dk = dscores.swapaxes(-1, -2) @ c.q                    #             dK = dS^T Q            (B,H,Tk,Dk)
         return dq, dk, dv
 
     def extra_repr(self):
@@ -166,10 +166,13 @@ class MultiHeadAttention(Module):
         self.save_for_backward(out)
         return out
 
-    def backward(self, dout):                                  # dout (B,Tq,D)
+    def backward(self, dout):                                  # dout (B,Tq,D); the three steps in reverse
         self.saved(dout)
+        # 3. Back through W_o; splitting the heads undoes their concatenation.
         dheads = self.split_heads(self.W_o.backward(dout))     # (B,H,Tq,Dk)
+        # 2. Back through attention.
         dq, dk, dv = self.attention.backward(dheads)           # (B,H,Tq,Dk), (B,H,Tk,Dk), (B,H,Tk,Dk)
+        # 1. Merge the heads back and go through the projections.
         dquery = self.W_q.backward(self.merge_heads(dq))       # (B,Tq,D)
         dkey = self.W_k.backward(self.merge_heads(dk))         # (B,Tk,D)
         dvalue = self.W_v.backward(self.merge_heads(dv))       # (B,Tk,D)
