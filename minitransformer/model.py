@@ -52,7 +52,11 @@ class EncoderLayer(Module):
     def backward(self, dout):                                  # dout (B,S,D) -> dx (B,S,D)
         self.saved(dout)
         dx = self.sublayer_ffn.backward(dout, self.ffn.backward)
-        return self.sublayer_attn.backward(dx, lambda d: sum(self.self_attn.backward(d)))  # dq + dk + dv
+        return self.sublayer_attn.backward(dx, self.self_attn_backward)
+
+    def self_attn_backward(self, dout):                        # (B,S,D) -> (B,S,D)
+        dquery, dkey, dvalue = self.self_attn.backward(dout)
+        return dquery + dkey + dvalue                          # x was query, key and value: the three add
 
 
 class DecoderLayer(Module):
@@ -82,17 +86,19 @@ class DecoderLayer(Module):
 
     def backward(self, dout):                                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
         self.saved(dout)
-        dmemory = []
-
-        def cross_attn_backward(d):
-            dquery, dkey, dvalue = self.cross_attn.backward(d)
-            dmemory.append(dkey + dvalue)                      # memory was key and value   (B,S,D)
-            return dquery                                      # y was the query            (B,T,D)
-
         dy = self.sublayer_ffn.backward(dout, self.ffn.backward)
-        dy = self.sublayer_cross.backward(dy, cross_attn_backward)
-        dy = self.sublayer_self.backward(dy, lambda d: sum(self.self_attn.backward(d)))   # dq + dk + dv
-        return dy, dmemory[0]
+        dy = self.sublayer_cross.backward(dy, self.cross_attn_backward)
+        dy = self.sublayer_self.backward(dy, self.self_attn_backward)
+        return dy, self.dmemory
+
+    def cross_attn_backward(self, dout):                       # (B,T,D) -> dy (B,T,D); keeps dmemory (B,S,D)
+        dquery, dkey, dvalue = self.cross_attn.backward(dout)
+        self.dmemory = dkey + dvalue                           # memory was key and value: the two add
+        return dquery                                          # y was the query
+
+    def self_attn_backward(self, dout):                        # (B,T,D) -> (B,T,D)
+        dquery, dkey, dvalue = self.self_attn.backward(dout)
+        return dquery + dkey + dvalue                          # y was query, key and value: the three add
 
 
 class Encoder(Module):
