@@ -30,8 +30,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def test_notebooks_exist():
-    assert len(NOTEBOOKS) == 9, f"expected notebooks 01..09 in {NOTEBOOK_DIR}, found {[p.name for p in NOTEBOOKS]}"
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 10)]
+    assert len(NOTEBOOKS) == 10, f"expected notebooks 01..10 in {NOTEBOOK_DIR}, found {[p.name for p in NOTEBOOKS]}"
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, 11)]
 
 
 def _failed_cell(nb):
