@@ -1,16 +1,24 @@
-"""Speed of one training step, ours against torch.nn.Transformer on the same CPU, and of cached decoding.
+"""Speed of one training step of both tiers, against torch.nn.Transformer on the same CPU, and of cached decoding.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_step.py \
-        [--presets tiny,small,base] [--repeats N] [--threads 2,1] [--json out.json] [--markdown out.md]
+        [--presets tiny,small,base] [--tiers fast,core] [--repeats N] [--threads 2,1] [--json out.json] \
+        [--markdown out.md]
 
-For each preset and its batch shape (the shapes of issue 6):
+The two tiers of the package (``--tiers``, default both):
+
+    fast   mt.fast.Transformer, mt.fast.CrossEntropyLoss, mt.fast.Adam: what the command line trains with
+    core   mt.Transformer, mt.CrossEntropyLoss, mt.optim.Adam: the paper in code, the reference
+
+Both compute the same step (tests/test_fast.py proves it), so core/fast is what the fast tier's tricks buy,
+and fast/torch is how close it comes to a production library. For each preset and its batch shape:
 
     tiny   the copy task     vocab 14,    batch 64, src 12, tgt 11   (d 64,  4 heads, 2+2 layers, d_ff 128)
     small  Multi30k size     vocab 8000,  batch 64, src 16, tgt 18   (d 256, 8 heads, 3+3 layers, d_ff 1024)
     base   the paper's base  vocab 16000, batch 32, src 32, tgt 32   (d 512, 8 heads, 6+6 layers, d_ff 2048)
 
 it times a full float32 training step -- forward, label-smoothed cross-entropy (eps 0.1, padding ignored),
-backward, Adam step, zero_grad -- with tied output embeddings and the preset's dropout, and reports:
+backward, Adam step, zero_grad -- with tied output embeddings and the preset's dropout, and reports for
+each tier and for torch:
 
 - the median step time and tokens/s (real, non-pad source + target tokens, as ``train.Trainer`` counts them);
 - achieved GFLOP/s. Only matrix products are counted, analytically: 2*m*n*k for every (m,k)@(k,n) of the
@@ -18,39 +26,40 @@ backward, Adam step, zero_grad -- with tied output embeddings and the preset's d
   feed-forward layers, the tied output projection); backward costs two products of the same size per
   forward product (dX and dW, or dQ and dK), so a step is 3x the forward. Softmax, LayerNorm, the loss,
   dropout, embeddings and Adam are not counted (they are memory-bound and a few percent of the FLOPs).
-  Each library is credited with the products it runs: torch computes every position of the padded batch,
-  ours skips the padding (``masks.Packing``: the projections and feed-forward layers run on the real
-  tokens' rows), so its count is smaller by the batch's padding share (printed with each preset);
+  Each implementation is credited with the products it runs: torch and the core compute every position of
+  the padded batch, the fast tier skips the padding (``mt.fast.Packing``: the projections and feed-forward
+  layers run on the real tokens' rows), so its count is smaller by the batch's padding share (printed with
+  each preset);
 - that rate as a fraction of the machine's float32 matmul peak, measured here as the best of several
   large square NumPy sgemms (n = 3072) with the same thread count, at the start and at the end of the run;
-- the floor set by the matrix products: every product of our step (``step_matmuls``) timed alone at its
-  shape and layout with the same threads, summed. It is what a step would take if softmax, LayerNorm,
-  dropout, the loss, Adam and Python cost nothing; divided by torch's step time, it is the best ratio our
-  step could reach on this machine;
-- peak memory: each implementation runs in a fresh subprocess of its own (ours never imports torch). After
-  the imports the worker records its resident set (VmRSS) and resets the kernel's high-water mark
+- the floor set by the matrix products (fast tier): every product of its step (``step_matmuls``) timed
+  alone at its shape and layout with the same threads, summed. It is what a step would take if softmax,
+  LayerNorm, dropout, the loss, Adam and Python cost nothing; divided by torch's step time, it is the best
+  ratio the fast step could reach on this machine;
+- peak memory: each implementation runs in a fresh subprocess of its own (the tiers never import torch).
+  After the imports the worker records its resident set (VmRSS) and resets the kernel's high-water mark
   (``echo 5 > /proc/self/clear_refs``); after the timed steps it reads VmHWM. "Step memory" is VmHWM minus
   that baseline: weights, gradients, optimiser state, activations and whatever the libraries allocate
   (BLAS buffers, torch's allocator), all of which tracemalloc would miss. Where clear_refs is not allowed
   the worker falls back to ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (then the import peak is included);
 - greedy decoding of 64-token outputs with the key/value cache against the naive re-run of the whole
-  prefix at every step (``greedy_decode(..., naive=True)``), asserting the same tokens. The EOS row of
-  the (random) target embedding is zeroed first so that an untrained model never stops early: every
-  sentence runs the full 64 tokens.
+  prefix at every step (``greedy_decode(..., naive=True)``), asserting the same tokens, on the fast tier
+  (the core when it runs alone). The EOS row of the (random) target embedding is zeroed first so that an
+  untrained model never stops early: every sentence runs the full 64 tokens.
 
-Where torch is installed, a second worker runs torch.nn.Transformer with the same configuration: the
+Where torch is installed, one more worker runs torch.nn.Transformer with the same configuration: the
 same embeddings (initialised N(0, d_model^-0.5) as ours, scaled by sqrt(d_model)) plus sinusoidal
 positions and dropout, post-LN layers with ReLU, no final encoder/decoder LayerNorm (ours has none in
 post-LN: custom_encoder/custom_decoder without norm),
 the output projection tied to the target embedding, F.cross_entropy with the same smoothing and
 ignore_index, torch.optim.Adam with the same betas and eps, the same batch, and
-torch.set_num_threads(the BLAS thread count NumPy uses). The two workers run interleaved -- ours, torch,
-ours, torch, ... -- each run timing a few steps, and the ratio ours/torch is printed per pair of runs and
-as the median over pairs. On a shared machine absolute times are noisy; the paired ratios are the figure.
-A shared machine's slow periods do not slow both libraries alike (on the development VM they slowed torch's
-base step about three times as much as ours), so a run made in a slow period flatters whichever library
-suffers less. The script therefore also prints the median ratio over the third of the pairs in which torch
-ran fastest (the least disturbed ones), and checks issue 6's ratio targets on both figures.
+torch.set_num_threads(the BLAS thread count NumPy uses). The workers run interleaved -- fast, core, torch,
+fast, core, torch, ... -- each run timing a few steps, and the ratios fast/torch, core/torch and core/fast
+are printed per round of runs and as the median over rounds. On a shared machine absolute times are noisy;
+the ratios within a round are the figure. A shared machine's slow periods do not slow every implementation
+alike, so a run made in a slow period flatters whichever suffers less: the script therefore also prints the
+median ratios over the third of the rounds in which torch ran fastest (the least disturbed ones), and
+checks the fast tier's ratio targets on both figures.
 
 ``--threads`` defaults to NumPy's BLAS thread count (all cores); ``--threads 2,1`` runs everything at 2 and
 then at 1 thread, one table each. On a machine that other processes share, multi-threaded BLAS (and OpenMP
@@ -65,14 +74,18 @@ On a GPU (``benchmarks/gpu.sh`` runs this):
 
     python benchmarks/bench_step.py --backend cupy [--cpu-base-ms MS] [--steps 20]
 
-runs our worker on ``mt.set_backend("cupy")``: the same batches (host ids, as a data loader gives them),
-the same FLOP count and the same decoding check. Each timed step ends with a device synchronize (CuPy
-queues kernels and returns); the peak is a large float32 cuBLAS product on the device, the floor times
+runs the tiers' workers on ``mt.set_backend("cupy")``: the same batches (host ids, as a data loader gives
+them), the same FLOP count and the same decoding check. Each timed step ends with a device synchronize
+(CuPy queues kernels and returns); the peak is a large float32 cuBLAS product on the device, the floor times
 each product on the device, and the step memory is what CuPy's memory pool holds after the steps
 (weights, gradients, Adam's state and the activations' blocks, which the pool keeps for reuse). torch is
-not run (its comparison is on the CPU). ``--cpu-base-ms``, the base step on 2 CPU cores from the CPU
-table, adds issue 6's GPU target: base at least 30x faster there. ``--backend fakecupy`` runs the same
+not run (its comparison is on the CPU). ``--cpu-base-ms``, the fast tier's base step on 2 CPU cores from
+the CPU table, adds the GPU target: base at least 30x faster there. ``--backend fakecupy`` runs the same
 path on the tests' CPU stand-in for CuPy (tests/fakecupy.py), to check the script without a GPU.
+
+In the JSON, each preset holds the fast tier's figures under "ours", the core's under "core" and torch's
+under "torch"; "ratio_median" and "ratio_torch_fastest" are fast/torch, "core_ratio_median" and
+"core_ratio_torch_fastest" core/torch, "core_over_fast_median" core/fast.
 """
 
 from __future__ import annotations
@@ -95,7 +108,7 @@ PAD, BOS, EOS, FIRST_SYMBOL = 0, 1, 2, 4
 LABEL_SMOOTHING = 0.1
 DECODE_LEN = 64
 
-# Batch shapes (issue 6) and how many steps one timed run takes on the CPU (a run lasts about a second).
+# Batch shapes, and how many steps one timed run of the fast tier takes on the CPU (about a second).
 SHAPES = {
     "tiny": {"vocab": 14, "batch": 64, "src_len": 12, "tgt_len": 11, "steps": 20, "decode_batch": 16},
     "small": {"vocab": 8000, "batch": 64, "src_len": 16, "tgt_len": 18, "steps": 4, "decode_batch": 16},
@@ -106,6 +119,10 @@ SHAPES = {
 # ================================================================================ shared by all processes
 
 BACKENDS = ("numpy", "cupy", "fakecupy")
+TIERS = ("fast", "core")
+# Where each implementation's figures go in the JSON, by worker kind: the fast tier's under "ours", the
+# figures the targets (and --cpu-base-ms) are about.
+RESULT_KEY = {"fast": "ours", "core": "core", "torch": "torch"}
 DEVICE_STEPS = 20        # steps per timed run on a device backend, where a base step takes milliseconds
 
 
@@ -182,10 +199,11 @@ def packed_rows(src, tgt_in) -> tuple:
 
 
 def step_matmuls(cfg: dict, B: int, S: int, T: int, Ns: int | None = None, Nt: int | None = None) -> list:
-    """Every matrix product of one training step of our model, as the code runs it.
+    """Every matrix product of one training step of our model, as the fast tier runs it.
 
     Ns, Nt: the rows the position-wise products run on, the real (non-pad) source and target tokens, as
-    our model packs them (masks.Packing); default B*S and B*T, every position, as torch computes. The
+    the fast tier packs them (mt.fast.Packing); default B*S and B*T, every position, as the core and torch
+    compute. The
     attention products run over the full padded grids either way, and the output projection over all
     B*T target positions (it writes the (B,T,V) logits).
 
@@ -311,7 +329,9 @@ def _limit_blas_threads(threads: int):
 
 
 class OursWorker:
-    def __init__(self, preset: str, threads: int, backend: str = "numpy"):
+    """One tier of the package: its Transformer, loss and Adam, on `backend`."""
+
+    def __init__(self, preset: str, threads: int, backend: str = "numpy", tier: str = "fast"):
         import numpy
 
         sys.path.insert(0, ROOT)
@@ -319,19 +339,21 @@ class OursWorker:
 
         self.np, self.mt = numpy, mt
         self._limits = _limit_blas_threads(threads)
-        mt.backend.set_num_threads(threads)                         # our own threads (Adam's update) too
+        mt.fast.set_num_threads(threads)                            # the fast tier's own threads (Adam's update)
         self.xp = array_module(backend)
         mt.set_backend(self.xp)                                     # before the model: its weights live there
         self.memory = DevicePoolProbe(self.xp) if hasattr(self.xp, "get_default_memory_pool") else MemoryProbe()
         mt.set_default_dtype("float32")
         mt.manual_seed(0)
         self.cfg = mt.TransformerConfig.from_dict(model_config(preset))
-        self.model = mt.Transformer(self.cfg)
-        self.loss_fn = mt.CrossEntropyLoss(ignore_index=PAD, label_smoothing=LABEL_SMOOTHING)
-        self.opt = mt.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        Model, Loss, Adam = ((mt.fast.Transformer, mt.fast.CrossEntropyLoss, mt.fast.Adam) if tier == "fast"
+                             else (mt.Transformer, mt.CrossEntropyLoss, mt.optim.Adam))
+        self.model = Model(self.cfg)
+        self.loss_fn = Loss(ignore_index=PAD, label_smoothing=LABEL_SMOOTHING)
+        self.opt = Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         self.src, self.tgt_in, self.tgt_out = make_batch(preset)
         self.preset = preset
-        self.info = {"blas": blas_info(), "numpy": numpy.__version__, "backend": mt.get_backend(),
+        self.info = {"tier": tier, "blas": blas_info(), "numpy": numpy.__version__, "backend": mt.get_backend(),
                      "device": device_name(self.xp), "parameters": self.model.num_parameters()}
         if backend != "numpy":
             self.info[backend] = self.xp.__version__ if hasattr(self.xp, "__version__") else "stand-in"
@@ -513,7 +535,7 @@ def worker_main(kind: str, preset: str, threads: int, backend: str = "numpy") ->
     if kind == "floor":
         reply(matmul_floor(preset, threads, backend))
         return
-    worker = OursWorker(preset, threads, backend) if kind == "ours" else TorchWorker(preset, threads)
+    worker = OursWorker(preset, threads, backend, tier=kind) if kind in TIERS else TorchWorker(preset, threads)
     reply({"ready": True, **worker.info})
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -574,7 +596,8 @@ def measure(kind: str, threads: int, preset: str = "tiny", backend: str = "numpy
 # ========================================================================================== the parent
 
 def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, with_torch: bool,
-                 decode_repeats: int, backend: str = "numpy") -> dict:
+                 decode_repeats: int, backend: str = "numpy", tiers=TIERS) -> dict:
+    """Every implementation's step at one preset: the tiers asked for, then torch, run interleaved."""
     shape = SHAPES[preset]
     cfg = model_config(preset)
     if steps is None:
@@ -582,17 +605,18 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
     src, tgt_in, tgt_out = make_batch(preset)
     B, S, T = src.shape[0], src.shape[1], tgt_out.shape[1]
     Ns, Nt = packed_rows(src, tgt_in)
-    flops = {"ours": matmul_flops(step_matmuls(cfg, B, S, T, Ns, Nt)),  # the padding skipped
-             "torch": matmul_flops(step_matmuls(cfg, B, S, T))}         # every position
+    every_position = matmul_flops(step_matmuls(cfg, B, S, T))
+    flops = {"fast": matmul_flops(step_matmuls(cfg, B, S, T, Ns, Nt)),  # the padding skipped
+             "core": every_position, "torch": every_position}
     tokens = real_tokens(src, tgt_out)
     print(f"\n== {preset}: vocab {shape['vocab']}, batch {B}, src {S}, tgt {T} ({100 * (1 - Ns / (B * S)):.0f}% "
           f"and {100 * (1 - Nt / (B * T)):.0f}% padding); d {cfg['d_model']}, "
           f"{cfg['num_heads']} heads, {cfg['num_encoder_layers']}+{cfg['num_decoder_layers']} layers, "
-          f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; GFLOP of matmul per step: {flops['torch'] / 1e9:.2f} "
-          f"over every position, {flops['ours'] / 1e9:.2f} as ours runs it (padding skipped); "
-          f"{steps} steps per run" + ("" if backend == "numpy" else f"; backend {backend}"), flush=True)
+          f"d_ff {cfg['d_ff']}, dropout {cfg['dropout']}; GFLOP of matmul per step: {every_position / 1e9:.2f} "
+          f"over every position (core, torch), {flops['fast'] / 1e9:.2f} as the fast tier runs it (padding "
+          f"skipped); {steps} steps per run" + ("" if backend == "numpy" else f"; backend {backend}"), flush=True)
 
-    impls = {"ours": Worker("ours", preset, threads, backend)}
+    impls = {tier: Worker(tier, preset, threads, backend) for tier in tiers}
     if with_torch:
         impls["torch"] = Worker("torch", preset, threads)
     first_steps = {}
@@ -604,77 +628,109 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
     pairs = []
     for i in range(repeats):
         run_median = {}
-        for name, w in impls.items():                          # ours, torch, ours, torch, ...
+        for name, w in impls.items():                          # fast, core, torch, fast, core, torch, ...
             r = w.ask(cmd="run", steps=steps)
             times[name] += r["times"]
             losses[name] = r["loss"]
             run_median[name] = statistics.median(r["times"])
-        line = f"  pair {i + 1}: ours {1e3 * run_median['ours']:8.1f} ms"
-        if with_torch:
-            ratio = run_median["ours"] / run_median["torch"]
-            pairs.append({"ours_ms": 1e3 * run_median["ours"], "torch_ms": 1e3 * run_median["torch"],
-                          "ratio": ratio})
-            line += f"   torch {1e3 * run_median['torch']:8.1f} ms   ratio ours/torch {ratio:.3f}"
-        print(line, flush=True)
+        print(f"  round {i + 1}: " + "   ".join(f"{name} {1e3 * t:8.1f} ms" for name, t in run_median.items())
+              + "".join(f"   {a}/{b} {ratio:.3f}" for a, b, ratio in ratios(run_median)), flush=True)
+        if with_torch or len(tiers) > 1:
+            pairs.append(round_record(run_median))
 
     result = {"shape": {"vocab": shape["vocab"], "batch": B, "src_len": S, "tgt_len": T}, "config": cfg,
-              "steps_per_run": steps, "matmul_gflop_per_step": {k: f / 1e9 for k, f in flops.items()},
+              "tiers": list(tiers), "steps_per_run": steps,
+              "matmul_gflop_per_step": {RESULT_KEY[k]: f / 1e9 for k, f in flops.items() if k in impls},
               "padding": {"src": 1 - Ns / (B * S), "tgt_in": 1 - Nt / (B * T)}, "tokens_per_step": tokens,
               "pairs": pairs}
     for name, w in impls.items():
         med = statistics.median(times[name])
-        result[name] = {"median_ms": 1e3 * med, "min_ms": 1e3 * min(times[name]), "tokens_per_s": tokens / med,
-                        "gflops": flops[name] / med / 1e9, "loss": losses[name], "memory": w.ask(cmd="memory"),
-                        "warmup_steps_s": first_steps[name],
-                        **{k: v for k, v in w.first.items() if k != "ready"}}
-    if with_torch:
-        result["ratio_median"] = statistics.median(p["ratio"] for p in pairs)
-        print(f"  median ratio ours/torch {result['ratio_median']:.3f}   (ours {result['ours']['median_ms']:.1f} ms, "
-              f"torch {result['torch']['median_ms']:.1f} ms)", flush=True)
-        # The pairs least disturbed by the machine's slow periods: see the module docstring.
-        fastest = sorted(pairs, key=lambda p: p["torch_ms"])[:math.ceil(len(pairs) / 3)]
-        result["ratio_torch_fastest"] = statistics.median(p["ratio"] for p in fastest)
-        result["torch_fastest_ms"] = [fastest[0]["torch_ms"], fastest[-1]["torch_ms"]]
-        print(f"  median ratio in the {len(fastest)} pair(s) where torch ran fastest "
-              f"({fastest[0]['torch_ms']:.1f}-{fastest[-1]['torch_ms']:.1f} ms): {result['ratio_torch_fastest']:.3f}",
-              flush=True)
-    # The step's matrix products alone, in a process of their own while the workers wait (see matmul_floor).
-    floor = result["matmul_floor"] = measure("floor", threads, preset, backend)
-    line = (f"  matrix products alone, each timed at its shape: {floor['floor_ms']:.1f} ms "
-            f"({floor['gflops']:.0f} GFLOP/s), "
-            f"{100 * floor['floor_ms'] / result['ours']['median_ms']:.0f}% of our step")
-    if with_torch:
-        floor["torch_ratio"] = floor["floor_ms"] / result["torch"]["median_ms"]
-        floor["torch_fastest_ratio"] = floor["floor_ms"] / statistics.median(p["torch_ms"] for p in fastest)
-        line += (f"; {floor['torch_ratio']:.2f}x torch's median step ({floor['torch_fastest_ratio']:.2f}x in the "
-                 f"pairs where torch ran fastest), the best ratio a step running these products can reach")
-    print(line, flush=True)
+        result[RESULT_KEY[name]] = {"median_ms": 1e3 * med, "min_ms": 1e3 * min(times[name]),
+                                    "tokens_per_s": tokens / med, "gflops": flops[name] / med / 1e9,
+                                    "loss": losses[name], "memory": w.ask(cmd="memory"),
+                                    "warmup_steps_s": first_steps[name],
+                                    **{k: v for k, v in w.first.items() if k != "ready"}}
+    summarize_ratios(result)
+    if "fast" in impls:
+        # The fast step's matrix products alone, in a process of their own while the workers wait (see matmul_floor).
+        floor = result["matmul_floor"] = measure("floor", threads, preset, backend)
+        line = (f"  fast tier's matrix products alone, each timed at its shape: {floor['floor_ms']:.1f} ms "
+                f"({floor['gflops']:.0f} GFLOP/s), "
+                f"{100 * floor['floor_ms'] / result['ours']['median_ms']:.0f}% of its step")
+        if with_torch:
+            fastest = fastest_third(pairs)
+            floor["torch_ratio"] = floor["floor_ms"] / result["torch"]["median_ms"]
+            floor["torch_fastest_ratio"] = floor["floor_ms"] / statistics.median(p["torch_ms"] for p in fastest)
+            line += (f"; {floor['torch_ratio']:.2f}x torch's median step ({floor['torch_fastest_ratio']:.2f}x in the "
+                     f"rounds where torch ran fastest), the best ratio a step running these products can reach")
+        print(line, flush=True)
     if decode_repeats > 0:
-        d = impls["ours"].ask(cmd="decode", repeats=decode_repeats)
-        result["decode"] = d
-        print(f"  greedy decode {d['batch']} x {d['mean_length']:.0f} tokens: cached {d['cached_s']:.2f} s, "
-              f"naive {d['naive_s']:.2f} s, speedup {d['speedup']:.1f}x (same tokens)", flush=True)
+        tier = "fast" if "fast" in impls else "core"
+        d = impls[tier].ask(cmd="decode", repeats=decode_repeats)
+        result["decode"] = {"tier": tier, **d}
+        print(f"  greedy decode ({tier} tier) {d['batch']} x {d['mean_length']:.0f} tokens: cached "
+              f"{d['cached_s']:.2f} s, naive {d['naive_s']:.2f} s, speedup {d['speedup']:.1f}x (same tokens)",
+              flush=True)
     for w in impls.values():
         w.close()
     return result
 
 
-GPU_SPEEDUP_TARGET = 30.0     # issue 6: the base step on a GPU at least 30x faster than on 2 CPU cores
+def ratios(ms: dict) -> list:
+    """(a, b, a/b) for fast/torch, core/torch and core/fast, where both of a pair ran."""
+    return [(a, b, ms[a] / ms[b]) for a, b in (("fast", "torch"), ("core", "torch"), ("core", "fast"))
+            if a in ms and b in ms]
+
+
+def round_record(run_median: dict) -> dict:
+    """One round's median step times and ratios, under the JSON's names."""
+    names = {("fast", "torch"): "ratio", ("core", "torch"): "core_ratio", ("core", "fast"): "core_over_fast"}
+    record = {f"{RESULT_KEY[name]}_ms": 1e3 * t for name, t in run_median.items()}
+    record.update({names[a, b]: ratio for a, b, ratio in ratios(run_median)})
+    return record
+
+
+def fastest_third(pairs: list) -> list:
+    """The rounds least disturbed by the machine's slow periods: the third where torch ran fastest."""
+    return sorted(pairs, key=lambda p: p["torch_ms"])[:math.ceil(len(pairs) / 3)]
+
+
+def summarize_ratios(result: dict) -> None:
+    """The median ratios over the rounds (and over the third where torch ran fastest), into result; printed."""
+    pairs = result["pairs"]
+    for key, label, of in (("ratio", "fast/torch", "ours"), ("core_ratio", "core/torch", "core")):
+        if pairs and key in pairs[0]:
+            prefix = "" if key == "ratio" else "core_"
+            result[f"{prefix}ratio_median"] = statistics.median(p[key] for p in pairs)
+            fastest = fastest_third(pairs)
+            result[f"{prefix}ratio_torch_fastest"] = statistics.median(p[key] for p in fastest)
+            result["torch_fastest_ms"] = [fastest[0]["torch_ms"], fastest[-1]["torch_ms"]]
+            print(f"  median ratio {label} {result[f'{prefix}ratio_median']:.3f} ({label.split('/')[0]} "
+                  f"{result[of]['median_ms']:.1f} ms, torch {result['torch']['median_ms']:.1f} ms); in the "
+                  f"{len(fastest)} round(s) where torch ran fastest ({fastest[0]['torch_ms']:.1f}-"
+                  f"{fastest[-1]['torch_ms']:.1f} ms): {result[f'{prefix}ratio_torch_fastest']:.3f}", flush=True)
+    if pairs and "core_over_fast" in pairs[0]:
+        result["core_over_fast_median"] = statistics.median(p["core_over_fast"] for p in pairs)
+        print(f"  median ratio core/fast {result['core_over_fast_median']:.2f} (core {result['core']['median_ms']:.1f}"
+              f" ms, fast {result['ours']['median_ms']:.1f} ms)", flush=True)
+
+
+GPU_SPEEDUP_TARGET = 30.0     # the fast tier's base step on a GPU at least 30x faster than on 2 CPU cores
 
 
 def targets(results: dict, peak: float, backend: str = "numpy", cpu_base_ms: float | None = None) -> list:
-    """Issue 6's targets for the backend that ran, each as (name, figure, met): decoding on every backend;
-    on the CPU also the ratios to torch, the fraction of the peak and memory; on a GPU, given the CPU's
-    base step time, the speed-up over it."""
+    """The fast tier's targets for the backend that ran, each as (name, figure, met): decoding on every
+    backend; on the CPU also the ratios to torch, the fraction of the peak and memory; on a GPU, given the
+    CPU's base step time, the speed-up over it. The core has none: it is the reference, not a contender."""
     out = []
     on_cpu = backend == "numpy"
     for preset, limit in (("small", 1.0), ("base", 0.8)):
         r = results.get(preset)
         if on_cpu and r and "ratio_median" in r:
             out.append((f"{preset} step <= {limit}x torch", f"{r['ratio_median']:.2f}x", r["ratio_median"] <= limit))
-            out.append((f"{preset} step <= {limit}x torch, pairs where torch ran fastest",
+            out.append((f"{preset} step <= {limit}x torch, rounds where torch ran fastest",
                         f"{r['ratio_torch_fastest']:.2f}x", r["ratio_torch_fastest"] <= limit))
-    if on_cpu and "base" in results:
+    if on_cpu and "ours" in results.get("base", {}):
         frac = results["base"]["ours"]["gflops"] / peak
         out.append(("base step >= 50% of matmul peak", f"{100 * frac:.0f}%", frac >= 0.5))
     for preset, r in results.items():
@@ -682,10 +738,10 @@ def targets(results: dict, peak: float, backend: str = "numpy", cpu_base_ms: flo
             out.append((f"{preset} cached greedy >= 3x naive (64 tokens)", f"{r['decode']['speedup']:.1f}x",
                         r["decode"]["speedup"] >= 3))
     for preset, r in results.items():
-        if "torch" in r:
+        if "torch" in r and "ours" in r:
             ours, ref = r["ours"]["memory"]["step_mb"], r["torch"]["memory"]["step_mb"]
             out.append((f"{preset} step memory <= torch's", f"{ours:.0f} MB vs {ref:.0f} MB", ours <= ref))
-    if not on_cpu and cpu_base_ms and "base" in results:
+    if not on_cpu and cpu_base_ms and "ours" in results.get("base", {}):
         gpu_ms = results["base"]["ours"]["median_ms"]
         speedup = cpu_base_ms / gpu_ms
         out.append((f"base step >= {GPU_SPEEDUP_TARGET:.0f}x faster than on 2 CPU cores",
@@ -707,37 +763,50 @@ def markdown(report: dict) -> str:
                    f"{report['backend']} {report.get('backend_version')}. float32 matmul peak (n={n} on the device): "
                    f"{peak:.0f} GFLOP/s. Each step ends with a device synchronize; step memory is what the "
                    "memory pool holds after the steps (the process's peak RSS where there is no pool).")
+
+    def cell(r, key, fmt):                                     # a figure, or "-" where it was not measured
+        return fmt(r) if key in r else "-"
+
     lines = [heading,
              "",
-             ("| preset | batch (B, S, T, V; padding src / tgt) | ours ms | torch ms | ours/torch (median of pairs) | ours/torch "
-              "(third of pairs where torch ran fastest) | ours GFLOP/s (% peak) | torch GFLOP/s | ours tok/s "
-              "| step memory ours / torch | greedy 64 tok: cached vs naive |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("| preset | batch (B, S, T, V; padding src / tgt) | fast ms | core ms | torch ms "
+              "| fast/torch (median of rounds) | fast/torch (third of rounds where torch ran fastest) "
+              "| core/torch (median) | core/fast (median) | fast GFLOP/s (% peak) | core GFLOP/s | torch GFLOP/s "
+              "| fast tok/s | step memory fast / core / torch | greedy 64 tok: cached vs naive |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for preset, r in report["presets"].items():
-        s, o, t = r["shape"], r["ours"], r.get("torch")
-        d = r.get("decode")
-        lines.append(
-            f"| {preset} | {s['batch']}, {s['src_len']}, {s['tgt_len']}, {s['vocab']}; "
-            f"{100 * r['padding']['src']:.0f}% / {100 * r['padding']['tgt_in']:.0f}% | {o['median_ms']:.1f} | "
-            + (f"{t['median_ms']:.1f} | {r['ratio_median']:.2f}x | {r['ratio_torch_fastest']:.2f}x | " if t
-               else "- | - | - | ")
-            + f"{o['gflops']:.0f} ({100 * o['gflops'] / peak:.0f}%) | "
-            + (f"{t['gflops']:.0f} | " if t else "- | ")
-            + f"{o['tokens_per_s']:,.0f} | {o['memory']['step_mb']:.0f} MB / "
-            + (f"{t['memory']['step_mb']:.0f} MB | " if t else "- | ")
-            + (f"{d['speedup']:.1f}x ({d['cached_tokens_per_s']:,.0f} vs {d['naive_tokens_per_s']:,.0f} tok/s) |"
-               if d else "- |"))
+        s = r["shape"]
+        memory = " / ".join(f"{r[k]['memory']['step_mb']:.0f}" if k in r else "-" for k in ("ours", "core", "torch"))
+        lines.append(" | ".join([
+            f"| {preset}",
+            (f"{s['batch']}, {s['src_len']}, {s['tgt_len']}, {s['vocab']}; "
+             f"{100 * r['padding']['src']:.0f}% / {100 * r['padding']['tgt_in']:.0f}%"),
+            *(cell(r, k, lambda r, k=k: f"{r[k]['median_ms']:.1f}") for k in ("ours", "core", "torch")),
+            cell(r, "ratio_median", lambda r: f"{r['ratio_median']:.2f}x"),
+            cell(r, "ratio_torch_fastest", lambda r: f"{r['ratio_torch_fastest']:.2f}x"),
+            cell(r, "core_ratio_median", lambda r: f"{r['core_ratio_median']:.2f}x"),
+            cell(r, "core_over_fast_median", lambda r: f"{r['core_over_fast_median']:.2f}x"),
+            cell(r, "ours", lambda r: f"{r['ours']['gflops']:.0f} ({100 * r['ours']['gflops'] / peak:.0f}%)"),
+            cell(r, "core", lambda r: f"{r['core']['gflops']:.0f}"),
+            cell(r, "torch", lambda r: f"{r['torch']['gflops']:.0f}"),
+            cell(r, "ours", lambda r: f"{r['ours']['tokens_per_s']:,.0f}"),
+            f"{memory} MB",
+            cell(r, "decode", lambda r: f"{r['decode']['speedup']:.1f}x ({r['decode']['cached_tokens_per_s']:,.0f} vs "
+                                        f"{r['decode']['naive_tokens_per_s']:,.0f} tok/s, {r['decode']['tier']})"),
+        ]) + " |")
     floors = []
     for preset, r in report["presets"].items():
-        f = r["matmul_floor"]
-        floors.append(f"{preset} {f['floor_ms']:.1f} ms" + (f" = {f['torch_ratio']:.2f}x torch's step "
-                      f"({f['torch_fastest_ratio']:.2f}x where torch ran fastest)" if "torch_ratio" in f else ""))
-    lines += ["", ("GFLOP/s count the matrix products each library runs: torch's over every position, ours over "
-                   "the real tokens (our stacks skip the padding; torch.nn.Transformer computes it)."),
-              "", ("Our step's matrix products alone, each timed at its own shape and layout with the same threads "
-                   "(the best a step running them can do): " + "; ".join(floors) + ".")]
+        f = r.get("matmul_floor")
+        if f:
+            floors.append(f"{preset} {f['floor_ms']:.1f} ms" + (f" = {f['torch_ratio']:.2f}x torch's step "
+                          f"({f['torch_fastest_ratio']:.2f}x where torch ran fastest)" if "torch_ratio" in f else ""))
+    lines += ["", ("GFLOP/s count the matrix products each implementation runs: torch's and the core's over every "
+                   "position, the fast tier's over the real tokens (its stacks skip the padding).")]
+    if floors:
+        lines += ["", ("The fast step's matrix products alone, each timed at its own shape and layout with the same "
+                       "threads (the best a step running them can do): " + "; ".join(floors) + ".")]
     where = "CPU" if report["backend"] == "numpy" else "GPU"
-    lines += ["", f"| target (issue 6, {where}) | measured | met |", "|---|---|---|"]
+    lines += ["", f"| target (fast tier, {where}) | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {fig} | {'yes' if ok else 'no'} |" for name, fig, ok in report["targets"]]
     return "\n".join(lines) + "\n"
 
@@ -768,7 +837,7 @@ def run(presets, threads: int, args, with_torch: bool, blas: list, kernel: str, 
     results = {}
     for preset in presets:
         results[preset] = bench_preset(preset, threads, args.repeats, args.steps, with_torch, args.decode_repeats,
-                                       backend)
+                                       backend, args.tiers)
     peak_end = measure("peak", threads, backend=backend)
     peak = max(peak_start["best_gflops"], peak_end["best_gflops"])
     print(f"float32 matmul peak again: {peak_end['best_gflops']:.0f} GFLOP/s; using the best, {peak:.0f}")
@@ -779,10 +848,10 @@ def run(presets, threads: int, args, with_torch: bool, blas: list, kernel: str, 
               "python": platform.python_version(), "numpy": numpy.__version__, "torch": torch_version,
               "blas": blas, "blas_kernel": kernel, "env": env, "threads": threads, "peak_gflops": peak,
               "peak_runs": [peak_start, peak_end], "load_average_end": load_average(), "backend": backend,
-              "presets": results}
+              "tiers": list(args.tiers), "presets": results}
     if backend != "numpy":
-        ours = next(iter(results.values()))["ours"]
-        report.update(device=ours.get("device"), backend_version=ours.get(backend),
+        first = next(iter(results.values()))[RESULT_KEY[args.tiers[0]]]
+        report.update(device=first.get("device"), backend_version=first.get(backend),
                       cpu_base_ms=args.cpu_base_ms)
     report["targets"] = targets(results, peak, backend, args.cpu_base_ms)
     return report
@@ -798,7 +867,11 @@ def load_average() -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--presets", default="tiny,small,base", help="comma-separated, from tiny,small,base")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved (ours, torch) pairs of runs per preset")
+    p.add_argument("--tiers", default="fast,core",
+                   help="comma-separated, from fast,core: the package's tiers to time (default both; the ratios "
+                        "core/fast and each to torch are printed)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="interleaved rounds of runs per preset (fast, core, torch in each)")
     p.add_argument("--steps", type=int, default=None, help="training steps per run (default: per preset)")
     p.add_argument("--threads", default=None,
                    help="BLAS / torch thread count, or several comma-separated (e.g. 2,1) for one table each "
@@ -806,11 +879,11 @@ def main(argv=None) -> int:
     p.add_argument("--decode-repeats", type=int, default=2, help="cached/naive decoding pairs (0 skips decoding)")
     p.add_argument("--no-torch", action="store_true", help="skip the torch.nn.Transformer comparison")
     p.add_argument("--backend", default="numpy", choices=BACKENDS,
-                   help="array backend of our model: numpy (the CPU, default), cupy (a GPU; torch is not run), "
+                   help="array backend of the tiers: numpy (the CPU, default), cupy (a GPU; torch is not run), "
                         "fakecupy (the tests' CPU stand-in for CuPy: checks the GPU path without a GPU)")
     p.add_argument("--cpu-base-ms", type=float, default=None,
-                   help="with a GPU backend: the base step's time on 2 CPU cores (the CPU table's 'ours ms'), "
-                        "for issue 6's GPU speed-up target")
+                   help="with a GPU backend: the fast tier's base step time on 2 CPU cores (the CPU table's "
+                        "'fast ms'), for the GPU speed-up target")
     p.add_argument("--json", default=None, help="write the full results as JSON to this file")
     p.add_argument("--markdown", default=None, help="write the table(s) as Markdown to this file")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -827,6 +900,9 @@ def main(argv=None) -> int:
         p.error(f"--presets: unknown preset(s) {unknown}; choose from {sorted(SHAPES)}")
     if not presets:
         p.error(f"--presets: give at least one of {sorted(SHAPES)}, got {args.presets!r}")
+    args.tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    if not args.tiers or any(t not in TIERS for t in args.tiers) or len(set(args.tiers)) < len(args.tiers):
+        p.error(f"--tiers: give one or both of {','.join(TIERS)}, each once, got {','.join(args.tiers) or 'none'}")
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.steps is not None and args.steps < 1:

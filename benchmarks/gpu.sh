@@ -1,33 +1,29 @@
 #!/usr/bin/env bash
-# The CuPy backend on a GPU, in one prepared run (issue 6): prove it correct, then time it.
+# The CuPy backend on a GPU, in one prepared run: prove both tiers correct there, then time them.
 #
-#   bash benchmarks/gpu.sh                      # from anywhere; on the lent GPU machine, via the device tool:
-#                                               # run(command="bash benchmarks/gpu.sh", timeout_s=600)
+#   bash benchmarks/gpu.sh                      # on a machine with an NVIDIA GPU and CuPy
 #
-# 1. environment: GPU, driver, Python, NumPy, CuPy (installs cupy-cuda12x when no CuPy build is there:
-#    from PyPI, or offline from wheels in .whl/ carried along, see /work/.library/device/README.md);
+# 1. environment: GPU, driver, Python, NumPy, CuPy (installs cupy-cuda13x when no CuPy build is there: from
+#    PyPI, or offline from wheels in .whl/);
 # 2. the gradient checks of every layer on the cupy backend (MINITRANSFORMER_BACKEND=cupy; conftest keeps
-#    the session's backend); then, from NumPy, the device-boundary tests (training step, evaluation, decoding,
-#    gradcheck and Trainer on CuPy against NumPy) and the loss/optimiser CuPy tests;
-# 3. the float32 training step on CuPy for tiny, small and base at issue 6's batch shapes, timed by
-#    benchmarks/bench_step.py --backend cupy (the CPU benchmark's own code: same batches, FLOP count and
-#    decoding check; `--backend fakecupy` runs that path on a machine without a GPU, and the tests do).
+#    the session's backend), and the fast tier against the core there;
+# 3. from NumPy, the device-boundary tests (training step, evaluation, decoding, gradcheck and Trainer on CuPy
+#    against NumPy) and the loss/optimiser CuPy tests;
+# 4. the float32 training step on CuPy for each preset, both tiers, timed by benchmarks/bench_step.py
+#    --backend cupy (the CPU benchmark's own code: same batches, FLOP count and decoding check;
+#    `--backend fakecupy` runs that path on a machine without a GPU, and the tests do).
 #    Table on stdout, JSON and Markdown in $OUT (or benchmarks/gpu-results/ where OUT is unset).
 #
 # Settings (environment): PYTHON (python3), PRESETS (tiny,small,base), STEPS (timed steps per run, 20),
-# BENCH_ARGS (extra bench_step.py arguments), CPU_BASE_MS (the base step on 2 CPU cores, default the
-# README's faster CPU run, C: gives the GPU speed-up against issue 6's 30x target). Every stage runs even if an
-# earlier one failed; the exit status is 0 only if all passed. Expect about 3-5 minutes on an H200, much of
-# it CuPy compiling its kernels on a fresh machine; each stage has its own time limit (150 + 150 + 240 s),
-# so that the whole stays inside one 600 s device call and a stuck stage still leaves the others' results
-# in $OUT.
+# BENCH_ARGS (extra bench_step.py arguments, e.g. --cpu-base-ms N to print the speed-up over a CPU step).
+# Every stage runs even if an earlier one failed; the exit status is 0 only if all passed. Each stage has its
+# own time limit, so that the whole stays inside one 600 s call and a stuck stage leaves the others' results.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 2
 PYTHON=${PYTHON:-python3}
 PRESETS=${PRESETS:-tiny,small,base}
 STEPS=${STEPS:-20}
-CPU_BASE_MS=${CPU_BASE_MS:-2485}                 # README run C, base, 2 threads: the faster CPU, the stricter 30x
 OUT_DIR=${OUT:-benchmarks/gpu-results}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
@@ -44,13 +40,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 
 stage "CuPy"
 if ! "$PYTHON" -c 'import cupy' 2>/dev/null; then
-    echo "no CuPy here: installing cupy-cuda12x"
-    if ! "$PYTHON" -m pip install -q cupy-cuda12x; then
-        if [ -d .whl ] && "$PYTHON" -m pip install -q --no-index --find-links .whl cupy-cuda12x; then
+    echo "no CuPy here: installing cupy-cuda13x"
+    if ! "$PYTHON" -m pip install -q cupy-cuda13x; then
+        if [ -d .whl ] && "$PYTHON" -m pip install -q --no-index --find-links .whl cupy-cuda13x; then
             echo "installed from the carried wheels in .whl/"
         else
-            echo "FAILED: pip could not install cupy-cuda12x (no network there?). Carry its wheel in .whl/"
-            echo "(see /work/.library/device/README.md) or install the CuPy build matching the CUDA driver."
+            echo "FAILED: pip could not install cupy-cuda13x (no network there?). Carry its wheel in .whl/,"
+            echo "or install the CuPy build matching the CUDA driver (cupy-cuda12x for CUDA 12 drivers)."
             exit 2
         fi
     fi
@@ -67,7 +63,8 @@ PY
 
 stage "gradient checks on the cupy backend"
 MINITRANSFORMER_BACKEND=cupy timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
-    tests/test_layers_gradcheck.py || { echo "FAILED: gradient checks on the cupy backend"; status=1; }
+    tests/test_layers_gradcheck.py tests/test_comparison_layers.py tests/test_fast.py \
+    || { echo "FAILED: gradient checks on the cupy backend"; status=1; }
 
 stage "CuPy against NumPy"
 # These start on NumPy (their reference) and switch to CuPy themselves: no MINITRANSFORMER_BACKEND here.
@@ -78,10 +75,10 @@ timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_bou
 
 stage "training step on CuPy"
 # The CPU benchmark itself on the cupy backend: the same batches, FLOP count and decoding check; each step
-# ends with a device synchronize. --cpu-base-ms adds issue 6's 30x target.
+# ends with a device synchronize.
 read -r -a bench_args <<< "${BENCH_ARGS:-}"
 timeout 240 "$PYTHON" benchmarks/bench_step.py --backend cupy --presets "$PRESETS" --steps "$STEPS" \
-    --repeats 5 --cpu-base-ms "$CPU_BASE_MS" ${bench_args[@]+"${bench_args[@]}"} \
+    --repeats 5 ${bench_args[@]+"${bench_args[@]}"} \
     --json "$OUT_DIR/bench_step_cupy.json" --markdown "$OUT_DIR/bench_step_cupy.md" \
     || { echo "FAILED: bench_step.py --backend cupy"; status=1; }
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from .. import layers as core
-from .packing import pack, unpack
+from .packing import Packing, pack, unpack
 
 
 class Linear(core.Linear):
@@ -103,6 +103,9 @@ class Dropout(core.Dropout):
     below round(p * 65536), so the drop rate is p to within 2^-17 (0.1 -> 0.1000061).
     ``out=x`` writes the result into x (for arrays no one else holds); backward takes ``out`` the same way."""
 
+    def check_inputs(self, x, out=None):                       # module(x, out=x) checks x as the core does
+        super().check_inputs(x)
+
     def forward(self, x, out=None):
         if not self.training or self.p == 0.0:
             self.save_for_backward(x, scaled_mask=None)
@@ -121,6 +124,9 @@ class Dropout(core.Dropout):
 
 class ReLU(core.ReLU):
     """max(0, x); ``out=x`` works in place (for arrays no one else holds), backward the same."""
+
+    def check_inputs(self, x, out=None):                       # module(x, out=x) checks x as the core does
+        super().check_inputs(x)
 
     def forward(self, x, out=None):
         positive = x > 0                                       # (...) bool, before x is overwritten
@@ -223,6 +229,23 @@ class MultiHeadAttention(core.MultiHeadAttention):
     rows: packing=(query's, key's) ``Packing`` (either None) gives that side as (N, D) rows of its real
     tokens. Q, K and V are unpacked into their (B,T) grids for the heads and the heads' output packed
     again before W_o. The mask must hide the padded keys (the Transformer's masks do)."""
+
+    def check_inputs(self, query, key, value, mask=None, packing=(None, None)):
+        """The core's checks, on the (B,T,D) grids that packed sides stand for; a packed side must be (N,D)."""
+        if not isinstance(packing, tuple) or len(packing) != 2 or \
+                not all(p is None or isinstance(p, Packing) for p in packing):
+            raise TypeError(f"MultiHeadAttention: packing must be a pair (query's, key's) of Packing or None, "
+                            f"got {packing!r}")
+        grids = []
+        for name, x, rows in (("query", query, packing[0]), ("key", key, packing[1]), ("value", value, packing[1])):
+            if rows is not None:
+                checks.float_array("MultiHeadAttention", name, x)
+                if tuple(x.shape) != (rows.size, self.d_model):
+                    raise ValueError(f"MultiHeadAttention: {name} is packed, so it must have shape (N={rows.size} "
+                                     f"real tokens, d_model={self.d_model}), got {tuple(x.shape)}")
+                x = numpy.broadcast_to(numpy.zeros((), x.dtype), (*rows.shape, self.d_model))  # its grid's shape
+            grids.append(x)
+        super().check_inputs(*grids, mask)
 
     def forward(self, query, key, value, mask=None, packing=(None, None)):
         q_rows, k_rows = packing
