@@ -15,7 +15,8 @@
 #    Table on stdout, JSON and Markdown in $OUT (or benchmarks/gpu-results/ where OUT is unset).
 #
 # Settings (environment): PYTHON (python3), PRESETS (tiny,small,base), STEPS (timed steps per run, 20),
-# BENCH_ARGS (extra bench_step.py arguments, e.g. --cpu-base-ms N to print the speed-up over a CPU step).
+# BENCH_ARGS (extra bench_step.py arguments, e.g. --cpu-base-ms N to print the speed-up over a CPU step),
+# STAGE_LIMITS (seconds for the gradient checks, the CuPy-against-NumPy tests and the benchmark: 150,150,240).
 # Every stage runs even if an earlier one failed; the exit status is 0 only if all passed. Each stage has its
 # own time limit, so that the whole stays inside one 600 s call and a stuck stage leaves the others' results.
 set -uo pipefail
@@ -24,6 +25,7 @@ cd "$(dirname "$0")/.." || exit 2
 PYTHON=${PYTHON:-python3}
 PRESETS=${PRESETS:-tiny,small,base}
 STEPS=${STEPS:-20}
+IFS=, read -r -a LIMITS <<< "${STAGE_LIMITS:-150,150,240}"   # seconds for the three test/benchmark stages
 OUT_DIR=${OUT:-benchmarks/gpu-results}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
@@ -62,13 +64,13 @@ assert float((cupy.arange(4.0) ** 2).sum()) == 14.0
 PY
 
 stage "gradient checks on the cupy backend"
-MINITRANSFORMER_BACKEND=cupy timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
+MINITRANSFORMER_BACKEND=cupy timeout "${LIMITS[0]}" "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
     tests/test_layers_gradcheck.py tests/test_comparison_layers.py tests/test_fast.py \
     || { echo "FAILED: gradient checks on the cupy backend"; status=1; }
 
 stage "CuPy against NumPy"
 # These start on NumPy (their reference) and switch to CuPy themselves: no MINITRANSFORMER_BACKEND here.
-timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_boundary.py \
+timeout "${LIMITS[1]}" "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_boundary.py \
     tests/test_loss.py::test_cupy_matches_numpy tests/test_optim.py::test_cupy_adam_and_clip_match_numpy \
     tests/test_optim.py::test_adam_on_a_device_equals_numpy \
     || { echo "FAILED: CuPy against NumPy"; status=1; }
@@ -77,7 +79,7 @@ stage "training step on CuPy"
 # The CPU benchmark itself on the cupy backend: the same batches, FLOP count and decoding check; each step
 # ends with a device synchronize.
 read -r -a bench_args <<< "${BENCH_ARGS:-}"
-timeout 240 "$PYTHON" benchmarks/bench_step.py --backend cupy --presets "$PRESETS" --steps "$STEPS" \
+timeout "${LIMITS[2]}" "$PYTHON" benchmarks/bench_step.py --backend cupy --presets "$PRESETS" --steps "$STEPS" \
     --repeats 5 ${bench_args[@]+"${bench_args[@]}"} \
     --json "$OUT_DIR/bench_step_cupy.json" --markdown "$OUT_DIR/bench_step_cupy.md" \
     || { echo "FAILED: bench_step.py --backend cupy"; status=1; }
