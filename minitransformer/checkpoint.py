@@ -18,14 +18,19 @@ says. Here everything is a plain array, loading uses ``allow_pickle=False``, and
 pickle is refused.
 
 Why atomic writes: a run killed while saving (a laptop lid closing) must leave the previous checkpoint
-whole. The file is written under a temporary name in the same folder, flushed and fsync'ed, then
-``os.replace``'d over the old one - a rename is atomic on POSIX and Windows - and the folder is fsync'ed
-so that the rename itself survives a power cut.
+whole. ``files.atomic_write`` writes under a temporary name in the same folder, fsyncs, ``os.replace``s
+over the old file (atomic on POSIX and Windows) and fsyncs the folder; it refuses a destination that is a
+symbolic link.
 
 Why a checksum of the whole file: the zip format's CRCs miss some damage (a flipped byte in a header field
 that ``np.load`` does not read, an array rewritten with other values and a fresh CRC), and a truncated
 file must not pass for a shorter one. The sha256 covers every byte, so any change, anywhere, is refused
 with a message instead of training on garbage.
+
+Why every field is checked on reading: checkpoints are shared, and the sha256 proves integrity, not origin
+(anyone can compute it). ``load_checkpoint`` reads a file as untrusted input: every array header is checked
+before the array is allocated, sizes are capped (``CONFIG_CAPS`` and the limits beside it), and each field is
+checked with a message naming the file and the field (see ``load_checkpoint``).
 
 Keeping the last K: ``CheckpointManager`` writes ``checkpoint-<step>.npz`` and a copy of it as
 ``checkpoint.npz`` (the latest), deleting the oldest beyond ``keep``, so that ``average_checkpoints`` can
@@ -38,9 +43,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
-import secrets
 import shutil
 import struct
 import zipfile
@@ -50,10 +55,24 @@ from dataclasses import dataclass, field
 
 import numpy
 
+from .files import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, open_regular, parse_json
+
 FORMAT_NAME = "minitransformer-checkpoint"
 FORMAT_VERSION = 1
 LATEST = "checkpoint.npz"
 _STEP_FILE = re.compile(r"^checkpoint-(\d+)\.npz$")
+
+# What a checkpoint of this project can hold. A file asking for more is refused before anything is allocated:
+# the sizes are those of the paper's big model with room to spare, and the tables they imply (embeddings,
+# positional encodings) must fit in memory.
+CONFIG_CAPS = {"src_vocab_size": 1_000_000, "tgt_vocab_size": 1_000_000, "d_model": 8192, "num_heads": 1024,
+               "d_k": 8192, "d_ff": 65536, "num_encoder_layers": 128, "num_decoder_layers": 128, "max_len": 8192}
+MAX_POSITIONS = 1 << 24       # max_len * d_model: the sinusoidal table each side builds (not stored in the file)
+MAX_COUNT = 10 ** 9           # steps, epochs, batch positions: far beyond any run (the paper's longest: 300,000 steps)
+MAX_META_BYTES = 64 << 20     # the JSON metadata: vocabularies, merges and histories take a few MB
+MAX_ENTRIES = 100_000         # arrays in one file (a model has hundreds, its optimiser twice as many)
+MAX_NDIM = 8
+MAX_INFLATION = 16            # numpy.savez stores arrays uncompressed; a deflated file may shrink, not 1000-fold
 
 
 @dataclass
@@ -117,24 +136,6 @@ def _flatten(obj, prefix: str, arrays: dict):
                     "state must be arrays, numbers, strings, None, lists, tuples and dicts")
 
 
-def _unflatten(obj, arrays: dict, path: str):
-    """The inverse of ``_flatten``: the skeleton with its arrays put back."""
-    if isinstance(obj, list):
-        return [_unflatten(v, arrays, path) for v in obj]
-    if isinstance(obj, dict):
-        if "__array__" in obj:
-            key = obj["__array__"]
-            if key not in arrays:
-                raise ValueError(f"checkpoint {path}: the metadata names an array {key!r} that the file lacks")
-            return arrays[key][()] if obj.get("scalar") else arrays[key]
-        if "__tuple__" in obj:
-            return tuple(_unflatten(v, arrays, path) for v in obj["__tuple__"])
-        if "__dict__" in obj:
-            return {k: _unflatten(v, arrays, path) for k, v in obj["__dict__"]}
-        return {k: _unflatten(v, arrays, path) for k, v in obj.items()}
-    return obj
-
-
 def _host_array(x) -> numpy.ndarray:
     if hasattr(x, "get") and not isinstance(x, (numpy.ndarray, numpy.generic)):
         x = x.get()  # CuPy -> host
@@ -142,17 +143,6 @@ def _host_array(x) -> numpy.ndarray:
 
 
 # ============================================================================ writing
-
-def _fsync_directory(directory: str) -> None:
-    """Make a rename inside ``directory`` durable. Not possible (nor needed) on Windows."""
-    if os.name == "nt":  # pragma: no cover - Windows cannot open a directory
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def _write_npz(f, arrays: dict) -> None:
     """The archive itself (a separate function so that tests can make it fail half-way)."""
@@ -197,102 +187,47 @@ def _append_digest(f) -> None:
     f.write(_TRAILER.to_bytes(2, "little") + _DIGEST_PREFIX + digest.encode("ascii"))
 
 
-def _check_digest(path: str) -> bool:
-    """True if the file ends with a digest that matches its content; False if it has none.
-    Raises ValueError if it has one that does not match."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        if size < _EOCD + _TRAILER:
-            return False
-        f.seek(size - _TRAILER - 2)
-        tail = f.read(_TRAILER + 2)
-        if int.from_bytes(tail[:2], "little") != _TRAILER or not tail[2:].startswith(_DIGEST_PREFIX):
-            return False
-        stored = tail[2 + len(_DIGEST_PREFIX):].decode("ascii", errors="replace")
-        actual = _sha256_of(f, size - _TRAILER - 2, b"\0\0")
+def _check_digest(f, size: int, path: str) -> bool:
+    """True if the open file (``size`` bytes) ends with a digest that matches its content; False if it has
+    none. Raises ValueError if it has one that does not match."""
+    if size < _EOCD + _TRAILER:
+        return False
+    f.seek(size - _TRAILER - 2)
+    tail = f.read(_TRAILER + 2)
+    if int.from_bytes(tail[:2], "little") != _TRAILER or not tail[2:].startswith(_DIGEST_PREFIX):
+        return False
+    stored = tail[2 + len(_DIGEST_PREFIX):].decode("ascii", errors="replace")
+    actual = _sha256_of(f, size - _TRAILER - 2, b"\0\0")
     if stored != actual:
         raise ValueError(f"checkpoint {path}: checksum mismatch, the file was altered or damaged after it was "
                          f"written (stored sha256 {stored[:16]}..., content {actual[:16]}...)")
     return True
 
 
-TEMP_PREFIX = ".checkpoint-"
-TEMP_SUFFIX = ".tmp"
-
-
-def _create_temp(directory: str):
-    """A new, empty temporary file in ``directory``: (fd, path). Created with mode 0o666 minus the umask
-    (``tempfile.mkstemp`` would make it 0o600, and the renamed checkpoint would keep that)."""
-    for _ in range(100):
-        tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{TEMP_SUFFIX}")
-        try:
-            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"could not create a temporary file in {directory}")
-
-
-def _write_atomically(path, write) -> None:
-    """Make ``path`` the bytes ``write(f)`` puts into an open binary file, so that ``path`` is always either
-    the old file or the whole new one.
-
-    temp file in the same folder -> write -> flush -> fsync -> os.replace -> fsync the folder.
-    If anything fails (or the process dies) before the rename, ``path`` is untouched and the temp file
-    is removed (or, after a SIGKILL, left behind as ``.checkpoint-*.tmp``, which nothing ever reads).
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = _create_temp(directory)
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-    _publish(tmp, path, directory)
-
-
 def atomic_write_arrays(path, arrays: dict) -> None:
-    """Write ``arrays`` to ``path`` as .npz, atomically (see ``_write_atomically``), with the sha256 trailer."""
+    """Write ``arrays`` to ``path`` as .npz, atomically (``files.atomic_write``), with the sha256 trailer."""
     def write(f):
         _write_npz(f, arrays)
         _append_digest(f)
 
-    _write_atomically(path, write)
+    atomic_write(path, write, "checkpoint")
 
 
 def atomic_copy(source, path) -> None:
-    """Copy the file ``source`` to ``path``, atomically (see ``_write_atomically``): a new file, never a link."""
+    """Copy the file ``source`` to ``path``, atomically (``files.atomic_write``): a new file, never a link."""
     def write(f):
-        with open(source, "rb") as src:
+        with open_regular(source, "checkpoint") as src:
             shutil.copyfileobj(src, f, _CHUNK)
 
-    _write_atomically(path, write)
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _publish(tmp: str, path: str, directory: str) -> None:
-    """os.replace(tmp, path), then fsync the folder so the rename itself survives a crash; on failure remove tmp."""
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-    _fsync_directory(directory)
+    atomic_write(path, write, "checkpoint")
 
 
 def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0, batch: int = 0,
                     rng=None, config=None, tokenizers=None, extra=None) -> dict:
     """The dict of named arrays one checkpoint file holds (see the module docstring)."""
+    for name, value in (("step", step), ("epoch", epoch), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or not 0 <= value <= MAX_COUNT:
+            raise ValueError(f"save_checkpoint: {name} must be an int in [0, {MAX_COUNT:,}], got {value!r}")
     arrays: dict = OrderedDict()
     for name, value in weights.items():
         arrays[f"param/{name}"] = _host_array(value)
@@ -339,93 +274,396 @@ def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int 
     return os.fspath(path)
 
 
-# ============================================================================ reading
+# ============================================================================ reading untrusted files
 
-# Every way ``np.load`` can fail on a damaged zip (found by truncating and flipping bytes of real files).
+# Every way reading a damaged zip can fail (found by truncating and flipping bytes of real files).
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, KeyError, IndexError,
                 UnicodeDecodeError, NotImplementedError, RuntimeError, TypeError, ValueError)
 
 
-def _read_arrays(path: str) -> dict:
-    """Every array of the archive, read now (so that damage shows here, not later), without pickle."""
-    with open(path, "rb") as f:
-        magic = f.read(6)
-    if magic.startswith(b"\x93NUMPY"):
-        raise ValueError(f"checkpoint {path}: not a checkpoint archive (.npz): it is a single .npy array")
-    if not magic.startswith(b"PK\x03\x04"):
-        raise ValueError(f"checkpoint {path}: not a .npz archive (it starts with {magic!r}): a pickle, another "
-                         f"format, or a file truncated to {os.path.getsize(path)} bytes. Refused without "
-                         f"unpickling anything")
-    try:
-        with numpy.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except ValueError as err:
-        if "pickle" in str(err):
-            raise ValueError(f"checkpoint {path}: refused, the file holds pickled Python objects, which could run "
-                             f"code when loaded; a minitransformer checkpoint never needs pickle ({err})") from None
-        raise ValueError(f"checkpoint {path}: damaged or not a checkpoint ({err})") from None
-    except _READ_ERRORS as err:
-        raise ValueError(f"checkpoint {path}: damaged or truncated, cannot be read "
-                         f"({type(err).__name__}: {err})") from None
+class _Archive:
+    """A checkpoint file opened for reading, with its sha256, its zip directory and every array header
+    checked, and no array data read yet: ``read(name)`` then allocates only what a header announced and
+    the file holds.
 
-
-def verify_checkpoint(path) -> dict:
-    """Read a checkpoint's arrays after checking its sha256, format and version. Returns {name: array}.
-
-    Raises ValueError naming the path and the problem (truncated, altered, pickled, wrong version),
-    FileNotFoundError if there is no such file.
+    Checked here: a regular file (``files.open_regular``); a zip; the entries are .npy arrays, none twice,
+    stored or deflated, inside the file, decompressing to at most ``MAX_INFLATION`` times the file's size;
+    each header's dtype is a plain bool, integer or float (no objects, so no pickle; no complex, no
+    records), its shape has at most ``MAX_NDIM`` axes, and its byte count is exactly what the entry holds.
     """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.file = open_regular(path, "checkpoint")
+        try:
+            self._open()
+        except BaseException:
+            self.file.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def _error(self, what: str) -> ValueError:
+        return ValueError(f"checkpoint {self.path}: {what}")
+
+    def _open(self) -> None:
+        path, f = self.path, self.file
+        size = os.fstat(f.fileno()).st_size
+        magic = f.read(6)
+        if magic.startswith(b"\x93NUMPY"):
+            raise self._error("not a checkpoint archive (.npz): it is a single .npy array")
+        if not magic.startswith(b"PK\x03\x04"):
+            raise self._error(f"not a .npz archive (it starts with {magic!r}): a pickle, another format, or a file "
+                       f"truncated to {size} bytes. Refused without unpickling anything")
+        try:
+            self.has_digest = _check_digest(f, size, path)   # raises on a mismatch: truncated, flipped or edited
+            self.zip = zipfile.ZipFile(f)
+            infos = self.zip.infolist()
+        except _READ_ERRORS as err:
+            raise self._error(f"damaged or truncated, cannot be read ({type(err).__name__}: {err})") from None
+        if len(infos) > MAX_ENTRIES:
+            raise self._error(f"holds {len(infos)} entries, more than a checkpoint has (at most {MAX_ENTRIES})")
+        packed = unpacked = 0
+        self.headers = {}
+        for info in infos:
+            name = info.filename[:-4] if info.filename.endswith(".npy") else None
+            if name is None or name in self.headers:
+                raise self._error(f"entry {info.filename!r} is {'not a .npy array' if name is None else 'there twice'}")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or \
+                    (info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
+                raise self._error(f"entry {info.filename!r} is damaged or compressed in a way numpy never writes")
+            packed += info.compress_size
+            unpacked += info.file_size
+            self.headers[name] = (info, *self._header(info))
+        if packed > size:
+            raise self._error("damaged: its entries claim more bytes than the file has")
+        if unpacked > MAX_INFLATION * size + (1 << 20):
+            raise self._error(f"its entries decompress to {unpacked:,} bytes from a file of {size:,} bytes (more than "
+                       f"{MAX_INFLATION} times its size): refused before decompressing")
+
+    def _header(self, info) -> tuple:
+        """(dtype, shape, fortran_order) of an entry, checked against the bytes it holds."""
+        where = f"entry {info.filename!r}"
+        readers = {(1, 0): numpy.lib.format.read_array_header_1_0, (2, 0): numpy.lib.format.read_array_header_2_0}
+        try:
+            with self.zip.open(info) as fp:
+                version = numpy.lib.format.read_magic(fp)
+                header = readers[version](fp) if version in readers else None
+                offset = fp.tell()
+        except (*_READ_ERRORS, SyntaxError, RecursionError) as err:
+            raise self._error(f"damaged, {where} has no valid array header ({type(err).__name__}: {err})") from None
+        if header is None:
+            raise self._error(f"{where} has .npy format version {version}, which a checkpoint never has")
+        shape, fortran_order, dtype = header
+        if dtype.hasobject:
+            raise self._error(f"refused, {where} holds pickled Python objects, which could run code when loaded; a "
+                       f"minitransformer checkpoint never needs pickle")
+        if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
+            raise self._error(f"{where} holds {dtype} values; a checkpoint holds only bool, integer and float arrays")
+        if len(shape) > MAX_NDIM or any(d < 0 for d in shape):
+            raise self._error(f"{where} has the shape {shape}, which no checkpoint array has")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if offset + nbytes != info.file_size:
+            raise self._error(f"{where} claims {nbytes:,} bytes of data (shape {shape}, {dtype}) but holds "
+                       f"{info.file_size - offset:,}: refused before allocating")
+        return dtype, shape, fortran_order
+
+    def size_of(self, name: str) -> int:
+        """The number of elements of an entry, from its header."""
+        return math.prod(self.headers[name][2])
+
+    def read(self, name: str) -> numpy.ndarray:
+        """The entry's array: exactly the bytes its checked header announced, read into a buffer of that size."""
+        info, dtype, shape, fortran_order = self.headers[name]
+        buffer = bytearray(math.prod(shape) * dtype.itemsize)
+        try:
+            with self.zip.open(info) as fp:
+                fp.read(info.file_size - len(buffer))                   # the header, already read
+                view, filled = memoryview(buffer), 0
+                while filled < len(buffer):
+                    n = fp.readinto(view[filled:])
+                    if not n:
+                        raise EOFError(f"{len(buffer) - filled} bytes missing")
+                    filled += n
+        except MemoryError:
+            raise self._error(f"entry {info.filename!r} ({info.file_size:,} bytes) does not fit in memory") from None
+        except _READ_ERRORS as err:
+            raise self._error(f"damaged or truncated, entry {info.filename!r} cannot be read "
+                              f"({type(err).__name__}: {err})") from None
+        return numpy.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
+
+
+def _path_of_checkpoint(path) -> str:
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"checkpoint {path} is a folder, not a .npz file "
                                 f"(did you mean {os.path.join(path, LATEST)}?)")
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"checkpoint {path} does not exist")
-    has_digest = _check_digest(path)          # raises on a mismatch: truncated, flipped or edited
-    arrays = _read_arrays(path)               # refuses pickle; catches what has no digest to check
-    if not has_digest:
-        raise ValueError(f"checkpoint {path}: no minitransformer checksum at the end of the file: it is truncated, "
-                         f"or it was not written by minitransformer's save_checkpoint")
-    for required in ("format_version", "meta"):
-        if required not in arrays:
-            raise ValueError(f"checkpoint {path}: not a minitransformer checkpoint (no {required!r} entry; "
-                             f"it holds {sorted(arrays)[:6]})")
-    version = arrays["format_version"]
-    if version.shape != () or version.dtype.kind not in "iu":
-        raise ValueError(f"checkpoint {path}: format_version must be an integer, got {version!r}")
-    if int(version) != FORMAT_VERSION:
-        raise ValueError(f"checkpoint {path}: format version {int(version)} is not supported "
-                         f"(this minitransformer reads version {FORMAT_VERSION})")
-    return arrays
+    return path
 
 
-def _parse_meta(path: str, arrays: dict) -> dict:
+def _require(meta: dict, key: str, path: str):
+    if key not in meta:
+        raise ValueError(f"checkpoint {path} is missing {key!r}")
+    return meta[key]
+
+
+def _count(value, where: str, path: str) -> int:
+    """A step, epoch or position: an int in [0, MAX_COUNT]."""
+    if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"checkpoint {path}: {where} must be an integer in [0, {MAX_COUNT:,}], got {value!r:.60}")
+    return int(value)
+
+
+def _array_refs(skeleton, prefix: str, where: str, path: str) -> list:
+    """The array names an optimiser or schedule skeleton refers to (each ``prefix/<n>``), checking its form.
+    Iterative: the depth was bounded when the JSON was parsed, but no recursion is needed to find them."""
+    refs, stack = [], [skeleton]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if "__array__" in node:
+                key = node["__array__"]
+                if not isinstance(key, str) or not re.fullmatch(rf"{prefix}/\d+", key):
+                    raise ValueError(f"checkpoint {path}: {where} names the array {key!r:.60}, which is not one of "
+                                     f"its own ({prefix}/<n>)")
+                refs.append(key)
+            elif "__dict__" in node:
+                items = node["__dict__"]
+                if not isinstance(items, list) or not all(
+                        isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int))
+                        and not isinstance(kv[0], bool) for kv in items):
+                    raise ValueError(f"checkpoint {path}: {where} holds a malformed dict (__dict__ must list "
+                                     f"[key, value] pairs with str or int keys)")
+                stack.extend(kv[1] for kv in items)
+            elif "__tuple__" in node:
+                if not isinstance(node["__tuple__"], list):
+                    raise ValueError(f"checkpoint {path}: {where} holds a malformed tuple (__tuple__ must be a list)")
+                stack.extend(node["__tuple__"])
+            else:
+                stack.extend(node.values())
+    return refs
+
+
+def _unflatten(obj, arrays: dict):
+    """The inverse of ``_flatten``: the skeleton with its arrays put back (its form was checked by
+    ``_array_refs``, its depth when the JSON was parsed)."""
+    if isinstance(obj, list):
+        return [_unflatten(v, arrays) for v in obj]
+    if isinstance(obj, dict):
+        if "__array__" in obj:
+            array = arrays[obj["__array__"]]
+            return array[()] if obj.get("scalar") is True and array.shape == () else array
+        if "__tuple__" in obj:
+            return tuple(_unflatten(v, arrays) for v in obj["__tuple__"])
+        if "__dict__" in obj:
+            return {k: _unflatten(v, arrays) for k, v in obj["__dict__"]}
+        return {k: _unflatten(v, arrays) for k, v in obj.items()}
+    return obj
+
+
+def check_config(config, where: str):
+    """The ``TransformerConfig`` of a config dict read from a file, or ValueError naming ``where`` and the field:
+    not a valid config, or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS`` (sizes no model of this project
+    has, and whose tables alone would exhaust memory)."""
+    from .config import TransformerConfig
+
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: config must be an object, got {type(config).__name__}")  # noqa: TRY004
+    for name, cap in CONFIG_CAPS.items():
+        value = config.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > cap:
+            raise ValueError(f"{where}: config {name} = {value} is beyond the sizes this project supports "
+                             f"(at most {cap:,})")
     try:
-        meta = json.loads(bytes(arrays["meta"].astype(numpy.uint8)).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"checkpoint {path}: metadata is not valid JSON ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise ValueError(f"checkpoint {path}: not a minitransformer checkpoint (format {meta.get('format')!r})"
-                         if isinstance(meta, dict) else f"checkpoint {path}: metadata is not a JSON object")
+        cfg = TransformerConfig.from_dict(config)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: config is not a valid model config ({err})") from None
+    if cfg.max_len * cfg.d_model > MAX_POSITIONS:
+        raise ValueError(f"{where}: config max_len * d_model = {cfg.max_len * cfg.d_model:,} is beyond the "
+                         f"sizes this project supports (at most {MAX_POSITIONS:,} positional-table entries)")
+    return cfg
+
+
+def parameter_count(cfg) -> int:
+    """How many numbers the weights of ``Transformer(cfg)`` hold, computed without building it (a test pins
+    it to ``num_parameters()``), so that a config is refused before its model is allocated."""
+    d, f, inner = cfg.d_model, cfg.d_ff, cfg.num_heads * (cfg.d_k or cfg.d_model // cfg.num_heads)
+
+    def linear(n_in, n_out):
+        return n_in * n_out + n_out
+
+    attention = 3 * linear(d, inner) + linear(inner, d)
+    ffn, norm = linear(d, f) + linear(f, d), 2 * d
+    total = cfg.num_encoder_layers * (attention + ffn + 2 * norm)
+    total += cfg.num_decoder_layers * (2 * attention + ffn + 3 * norm)
+    total += 2 * norm if cfg.norm_first else 0                              # each stack's final LayerNorm
+    total += cfg.src_vocab_size * d + (0 if cfg.share_embeddings else cfg.tgt_vocab_size * d)
+    total += 2 * cfg.max_len * d if cfg.positional == "learned" else 0
+    total += 0 if cfg.tie_output else linear(d, cfg.tgt_vocab_size)
+    return total
+
+
+def _read(path):
+    """(arrays, meta) of a checkpoint file, everything checked (see ``load_checkpoint``)."""
+    path = _path_of_checkpoint(path)
+    with _Archive(path) as archive:
+        if not archive.has_digest:            # refused before any array is read
+            raise ValueError(f"checkpoint {path}: no minitransformer checksum at the end of the file: it is "
+                             f"truncated, or it was not written by minitransformer's save_checkpoint")
+        for required in ("format_version", "meta"):
+            if required not in archive.headers:
+                raise ValueError(f"checkpoint {path}: not a minitransformer checkpoint (no {required!r} entry; "
+                                 f"it holds {sorted(archive.headers)[:6]})")
+        version = archive.read("format_version")
+        if version.shape != () or version.dtype.kind not in "iu":
+            raise ValueError(f"checkpoint {path}: format_version must be an integer, got {version!r}")
+        if int(version) != FORMAT_VERSION:
+            raise ValueError(f"checkpoint {path}: format version {int(version)} is not supported "
+                             f"(this minitransformer reads version {FORMAT_VERSION})")
+        _, dtype, shape, _ = archive.headers["meta"]
+        if dtype != numpy.uint8 or len(shape) != 1 or shape[0] > MAX_META_BYTES:
+            raise ValueError(f"checkpoint {path}: meta must be UTF-8 bytes (at most {MAX_META_BYTES:,}), "
+                             f"got {dtype} of shape {shape}")
+        meta = _parse_meta(path, archive.read("meta"))
+        names = _check_meta(path, meta)
+        unknown = sorted(set(archive.headers) - set(names) - {"meta", "format_version"})
+        if unknown:
+            raise ValueError(f"checkpoint {path}: holds entries no checkpoint has ({unknown[:3]}"
+                             f"{' ...' if len(unknown) > 3 else ''}): refused unread")
+        absent = [n for n in names if n not in archive.headers]
+        if absent:
+            raise ValueError(f"checkpoint {path}: the metadata lists arrays the file lacks ({absent[:3]})")
+        params = [n for n in names if n.startswith("param/")]
+        for name in params:
+            if archive.headers[name][1].kind != "f":
+                raise ValueError(f"checkpoint {path}: weight {name[6:]!r} holds {archive.headers[name][1]} "
+                                 f"values; weights are floats")
+        if meta["config"] is not None:
+            cfg = check_config(meta["config"], f"checkpoint {path}")
+            needed, stored = parameter_count(cfg), sum(archive.size_of(n) for n in params)
+            if needed > stored:
+                raise ValueError(f"checkpoint {path}: its config describes {needed:,} weights but the file holds "
+                                 f"{stored:,}: refused before building the model")
+        arrays = {}
+        for name in names:
+            arrays[name] = array = archive.read(name)
+            if array.dtype.kind == "f" and not numpy.isfinite(array).all():
+                what = f"weight {name[6:]!r}" if name.startswith("param/") else f"optimiser array {name!r}"
+                raise ValueError(f"checkpoint {path}: {what} holds NaN or infinite values (the run had diverged, "
+                                 f"or the file was crafted)")
+    return arrays, meta
+
+
+def _parse_meta(path: str, raw: numpy.ndarray) -> dict:
+    try:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"checkpoint {path}: metadata is not UTF-8 ({err})") from None
+    meta = parse_json(text, f"checkpoint {path}: metadata")
+    if not isinstance(meta, dict):
+        raise ValueError(f"checkpoint {path}: metadata is not a JSON object")  # noqa: TRY004
+    if meta.get("format") != FORMAT_NAME:
+        raise ValueError(f"checkpoint {path}: not a minitransformer checkpoint (format {meta.get('format')!r:.60})")
     return meta
 
 
+def _check_meta(path: str, meta: dict) -> list:
+    """Check every field ``load_checkpoint`` uses; fill the optional ones. -> the array names the file must hold."""
+    for key in ("step", "epoch", "batch"):
+        meta[key] = _count(_require(meta, key, path), key, path)
+    names = _require(meta, "param_names", path)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"checkpoint {path}: param_names must be a list of distinct str")
+    arrays = [f"param/{n}" for n in names]
+    for key, prefix in (("optimizer", "optim"), ("scheduler", "sched")):
+        meta[key] = meta.get(key)
+        if meta[key] is not None:
+            arrays += _array_refs(meta[key], prefix, key, path)
+    for key in ("rng", "config", "tokenizers", "extra"):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"checkpoint {path}: {key} must be an object, got {type(value).__name__}")
+        meta[key] = {} if value is None and key in ("tokenizers", "extra") else value
+    return list(dict.fromkeys(arrays))
+
+
+def verify_checkpoint(path) -> dict:
+    """Read a checkpoint's arrays after checking its sha256, format, version and contents (see
+    ``load_checkpoint``). Returns {name: array}."""
+    return _read(path)[0]
+
+
 def load_checkpoint(path) -> Checkpoint:
-    """Read and verify one checkpoint file (see ``verify_checkpoint``). Returns a ``Checkpoint``."""
+    """Read and check one checkpoint file. Returns a ``Checkpoint``.
+
+    The file may come from anyone (the sha256 proves integrity, not origin), so it is refused with a
+    ValueError naming the path and the problem - nothing allocated beyond what the file holds, nothing
+    else read - when it is not a regular file, is truncated, altered or pickled, has another version,
+    holds an entry no checkpoint has, an array whose header claims more than its bytes, a dtype other
+    than bool/int/float, NaN or infinite values, metadata nested deeper than ``MAX_JSON_DEPTH``, a step
+    or position outside [0, ``MAX_COUNT``], or a config beyond ``CONFIG_CAPS`` or describing more weights
+    than the file holds. FileNotFoundError if there is no such file, IsADirectoryError for a folder.
+    """
+    arrays, meta = _read(path)
     path = os.fspath(path)
-    arrays = verify_checkpoint(path)
-    meta = _parse_meta(path, arrays)
-    names = meta.get("param_names", [])
-    missing = [n for n in names if f"param/{n}" not in arrays]
-    if missing:
-        raise ValueError(f"checkpoint {path}: weights {missing[:5]} are listed but missing")
-    weights = OrderedDict((n, arrays[f"param/{n}"]) for n in names)
-    optimizer = None if meta.get("optimizer") is None else _unflatten(meta["optimizer"], arrays, path)
-    scheduler = None if meta.get("scheduler") is None else _unflatten(meta["scheduler"], arrays, path)
-    return Checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=int(meta["step"]),
-                      epoch=int(meta["epoch"]), batch=int(meta["batch"]), rng=meta.get("rng"),
-                      config=meta.get("config"), tokenizers=meta.get("tokenizers") or {},
-                      extra=meta.get("extra") or {}, path=path)
+    weights = OrderedDict((n, arrays[f"param/{n}"]) for n in meta["param_names"])
+    optimizer = None if meta["optimizer"] is None else _unflatten(meta["optimizer"], arrays)
+    scheduler = None if meta["scheduler"] is None else _unflatten(meta["scheduler"], arrays)
+    return Checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=meta["step"],
+                      epoch=meta["epoch"], batch=meta["batch"], rng=meta["rng"], config=meta["config"],
+                      tokenizers=meta["tokenizers"], extra=meta["extra"], path=path)
+
+
+def check_state(path, what: str, state, template) -> None:
+    """Refuse (ValueError naming the file and the entry) a state read from a checkpoint that does not fit
+    ``template``, the ``state_dict()`` of the object it is about to be loaded into, so that a refused load
+    changes nothing: the same keys; where the template has an array, an array of its shape and kind (float
+    or integer; ``load_checkpoint`` refused non-finite ones); an int (not a bool) in [0, MAX_COUNT] where it
+    has an int; a finite number >= 0 where it has a float; the same rule inside nested dicts and lists."""
+    where = f"checkpoint {path}: {what}"
+    if isinstance(template, dict):
+        if not isinstance(state, dict):
+            raise ValueError(f"{where} must be an object, got {type(state).__name__}")  # noqa: TRY004
+        missing = [k for k in template if k not in state]
+        if missing:
+            raise ValueError(f"checkpoint {path} is missing {what}[{missing[0]!r}]"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        unexpected = [k for k in state if k not in template]
+        if unexpected:
+            raise ValueError(f"{where} has entries this run does not have ({unexpected[:3]})")
+        for k, ref in template.items():
+            check_state(path, f"{what}[{k!r}]", state[k], ref)
+    elif isinstance(template, (list, tuple)):
+        if not isinstance(state, (list, tuple)) or len(state) != len(template):
+            raise ValueError(f"{where} must be a list of {len(template)}, got {type(state).__name__}")
+        for i, (v, ref) in enumerate(zip(state, template)):
+            check_state(path, f"{what}[{i}]", v, ref)
+    elif isinstance(template, numpy.ndarray) or hasattr(template, "__cuda_array_interface__"):
+        if not isinstance(state, numpy.ndarray) or state.shape != tuple(template.shape):
+            got = state.shape if isinstance(state, numpy.ndarray) else type(state).__name__
+            raise ValueError(f"{where} must be an array of shape {tuple(template.shape)}, got {got}")
+        if (state.dtype.kind == "f") != (template.dtype.kind == "f"):
+            raise ValueError(f"{where} holds {state.dtype} values, this run {template.dtype}")
+    elif isinstance(template, bool):
+        if not isinstance(state, (bool, numpy.bool_)):
+            raise ValueError(f"{where} must be true or false, got {state!r:.60}")  # noqa: TRY004
+    elif isinstance(template, (int, numpy.integer)):
+        _count(state, what, path)
+    elif isinstance(template, (float, numpy.floating)):
+        real = (int, float, numpy.integer, numpy.floating)
+        if isinstance(state, (bool, numpy.bool_)) or not isinstance(state, real) or abs(state) > 2 ** 1000 or \
+                not (math.isfinite(state) and state >= 0):
+            raise ValueError(f"{where} must be a finite number >= 0, got {state!r:.60}")
+    elif template is None and state is not None:
+        raise ValueError(f"{where} must be null, got {type(state).__name__}")
 
 
 def load_weights(path) -> OrderedDict:

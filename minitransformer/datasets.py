@@ -16,12 +16,15 @@ then ``../shared/data/multi30k`` next to the repository, then ``~/.cache/minitra
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import tempfile
 import urllib.request
+import zlib
 from pathlib import Path
 
 from . import toy_grammar
+from .files import open_regular
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOY_DIR = REPO_ROOT / "data" / "toy"
@@ -33,13 +36,37 @@ MULTI30K_ALIASES = {"valid": "val", "test": "test_2016_flickr"}   # so "--split 
 MULTI30K_LANGS = ("en", "de")
 MULTI30K_ENV = "MINITRANSFORMER_MULTI30K"
 MULTI30K_CACHE = Path("~/.cache/minitransformer/multi30k")
+MAX_CORPUS_BYTES = 1 << 30        # one side of one split; Multi30k's largest file holds 2 MB
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file, gzipped when the name ends in .gz, without surrounding whitespace."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.strip() for line in f]
+    """Lines of a UTF-8 text file, gzipped when the name ends in .gz, without surrounding whitespace.
+
+    A corpus folder may come from elsewhere, so the file must be a regular file (``files.open_regular``: a
+    FIFO would block forever) of at most MAX_CORPUS_BYTES once decompressed, and a damaged gzip or a byte
+    that is not UTF-8 is a ValueError naming the file (and the line).
+    """
+    with open_regular(path, "corpus file") as raw:
+        gzipped = path.suffix == ".gz"
+        try:
+            if gzipped:
+                with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                    data = f.read(MAX_CORPUS_BYTES + 1)
+            else:
+                data = raw.read(MAX_CORPUS_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as err:
+            what = "not a readable gzip file" if gzipped else "cannot be read"
+            raise ValueError(f"{path}: {what} ({type(err).__name__}: {err})") from None
+    if len(data) > MAX_CORPUS_BYTES:
+        raise ValueError(f"{path}: more than {MAX_CORPUS_BYTES >> 20} MiB of text"
+                         f"{' once decompressed' if gzipped else ''}: refused")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte {data[err.start]:#04x})") from None
+    # the same lines as iterating over the file in text mode: universal newlines (\n, \r\n, \r)
+    return [line.strip() for line in io.StringIO(text, newline=None)]
 
 
 def _pairs(src_lines: list[str], tgt_lines: list[str], src_path, tgt_path) -> list[tuple[str, str]]:

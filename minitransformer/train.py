@@ -34,13 +34,16 @@ import numpy
 
 from . import backend
 from .checkpoint import (
+    MAX_COUNT,
     CheckpointManager,
+    check_state,
     checkpoint_files,
     latest_checkpoint,
     load_checkpoint,
     resolve_checkpoint,
 )
 from .checks import positive_int
+from .config import TransformerConfig
 from .optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
@@ -72,6 +75,13 @@ class ListBatches:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or any(k not in state for k in ("epoch", "position")):
+            raise ValueError(f"ListBatches.load_state_dict: state must be a dict with epoch and position, "
+                             f"got {state!r:.80}")
+        for key, top in (("epoch", MAX_COUNT), ("position", len(self.batches))):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or not 0 <= value <= top:
+                raise ValueError(f"ListBatches.load_state_dict: {key} must be an int in [0, {top}], got {value!r:.40}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
@@ -425,6 +435,9 @@ class Trainer:
 
         A folder resumes from its checkpoint.npz, or from its newest checkpoint-<step>.npz when that is missing.
         Resuming from a file in checkpoint_dir makes the checkpoints there this run's own (see ``fit``).
+        The checkpoint may come from anyone: everything is checked first (``_check_resumable``), so a refused
+        one (ValueError naming the file and the field) leaves this trainer, its model, optimiser, schedule,
+        data position and the random generators exactly as they were.
         """
         if os.path.isdir(path):
             folder, path = path, latest_checkpoint(path)
@@ -433,25 +446,17 @@ class Trainer:
                                         f"nor any checkpoint-<step>.npz)")
         path = resolve_checkpoint(path)
         ck = load_checkpoint(path)
-        if self.config is not None and ck.config is not None and ck.config != self.config:
-            changed = sorted(k for k in set(ck.config) | set(self.config) if ck.config.get(k) != self.config.get(k))
-            raise ValueError(f"Trainer.resume: checkpoint {path} was trained with another model config "
-                             f"(differs in {changed}); build the model from the checkpoint's config to resume")
-        state = ck.extra.get("trainer")
-        if state is None:
-            raise ValueError(f"Trainer.resume: checkpoint {path} holds no training state (was it written by Trainer?)")
+        state = self._check_resumable(ck)
+        if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
+            try:
+                backend.set_rng_state(ck.rng)
+            except (TypeError, ValueError, KeyError, IndexError, OverflowError) as err:
+                raise ValueError(f"checkpoint {path}: rng is not a random generator state ({err})") from None
         self.model.load_state_dict(ck.weights)
-        if ck.optimizer is None:
-            raise ValueError(f"Trainer.resume: checkpoint {path} holds no optimiser state")
         self.optimizer.load_state_dict(ck.optimizer)
         if self.scheduler is not None:
-            if ck.scheduler is None:
-                raise ValueError(f"Trainer.resume: checkpoint {path} holds no scheduler state, "
-                                 f"but a scheduler was given")
             self.scheduler.load_state_dict(ck.scheduler)
         self.train_data.load_state_dict(state["data"])
-        if ck.rng is not None:
-            backend.set_rng_state(ck.rng)
         self.step = ck.step
         self.history = [tuple(h) for h in state["history"]]
         self.valid_history = [tuple(v) for v in state["valid_history"]]
@@ -464,6 +469,76 @@ class Trainer:
                                                          self.checkpoints.directory):
             self._checkpoint_dir_is_ours = True
         self.model.train()
+
+    def _check_resumable(self, ck) -> dict:
+        """Refuse (ValueError naming the file and the field) a checkpoint this trainer cannot continue from,
+        changing nothing. -> its training state (``state()["extra"]["trainer"]``)."""
+        path = ck.path
+        saved, ours = full_config(ck.config), full_config(self.config)
+        if ours is not None and saved is not None and saved != ours:
+            changed = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+            raise ValueError(f"Trainer.resume: checkpoint {path} was trained with another model config "
+                             f"(differs in {changed}); build the model from the checkpoint's config to resume")
+        state = ck.extra.get("trainer")
+        if state is None:
+            raise ValueError(f"Trainer.resume: checkpoint {path} holds no training state (was it written by Trainer?)")
+        if ck.optimizer is None:
+            raise ValueError(f"Trainer.resume: checkpoint {path} holds no optimiser state")
+        if self.scheduler is not None and ck.scheduler is None:
+            raise ValueError(f"Trainer.resume: checkpoint {path} holds no scheduler state, but a scheduler was given")
+        check_state(path, "weights", ck.weights, {name: p.data for name, p in self.model.named_parameters()})
+        template = self.optimizer.state_dict()
+        if "lr" in template:
+            template["lr"] = float(template["lr"])        # a number: lr=1 given as an int is still a rate
+        check_state(path, "optimizer", ck.optimizer, template)
+        if self.scheduler is not None:
+            check_state(path, "scheduler", ck.scheduler, self.scheduler.state_dict())
+            bad = [k for k, v in ck.scheduler.items() if k != "step" and isinstance(v, (int, float)) and not v > 0]
+            if bad:
+                raise ValueError(f"checkpoint {path}: scheduler[{bad[0]!r}] must be positive, "
+                                 f"got {ck.scheduler[bad[0]]}")
+        if not isinstance(state, dict):
+            raise ValueError(f"checkpoint {path}: the training state must be an object, "  # noqa: TRY004
+                             f"got {type(state).__name__}")
+        for key in ("data", "history", "valid_history", "train_seconds", "tokens_seen", "skipped"):
+            if key not in state:
+                raise ValueError(f"checkpoint {path} is missing the training state's {key!r}")
+        check_state(path, "the training state's data position", state["data"], self.train_data.state_dict())
+        if hasattr(self.train_data, "__len__") and state["data"].get("position", 0) > len(self.train_data):
+            raise ValueError(f"checkpoint {path}: the data position {state['data']['position']} is beyond the "
+                             f"{len(self.train_data)} batches of an epoch of this run's data")
+        for key, width in (("history", 4), ("valid_history", 3)):
+            rows = state[key]
+            if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == width and all(map(_number, r))
+                                                     for r in rows):
+                raise ValueError(f"checkpoint {path}: the training state's {key} must be a list of "
+                                 f"[{width} numbers] rows")
+        for key in ("train_seconds", "train_cpu_seconds"):
+            value = state.get(key, 0.0)
+            if not _number(value) or not 0 <= value < math.inf:
+                raise ValueError(f"checkpoint {path}: the training state's {key} must be a number >= 0, "
+                                 f"got {value!r:.40}")
+        for key in ("tokens_seen", "skipped"):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 63:
+                raise ValueError(f"checkpoint {path}: the training state's {key} must be an int >= 0, "
+                                 f"got {value!r:.40}")
+        return state
+
+
+def full_config(config):
+    """A model config dict with every field, defaults filled in: a checkpoint saved before a field existed
+    (d_k, positional) holds the model that field's default gives. Any other dict (or None) as it is."""
+    try:
+        return TransformerConfig.from_dict(config).to_dict()
+    except (TypeError, ValueError):
+        return config
+
+
+def _number(value) -> bool:
+    """A JSON number that converts to a float (NaN and infinity included: a history may hold them)."""
+    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
+                                        and abs(value) <= 2 ** 53)
 
 
 def _same_folder(a, b) -> bool:

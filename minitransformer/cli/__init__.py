@@ -22,8 +22,10 @@ its own. Both save the same state_dict, and ``translate`` and ``evaluate`` load 
 Timing note: on a small model, a multi-threaded BLAS competing with other processes for the cores can be
 many times slower than one thread; ``OPENBLAS_NUM_THREADS=1 minitransformer train ...`` avoids that.
 
-Errors in what the user typed (unknown task, a missing checkpoint, a damaged file) give a one-line message
-and exit code 2, never a traceback; set MINITRANSFORMER_TRACEBACK=1 to see one anyway.
+Errors in what the user typed or gave (unknown task, a missing checkpoint, a damaged or crafted file, a run
+folder whose files are symbolic links) give a one-line message and exit code 2, never a traceback; set
+MINITRANSFORMER_TRACEBACK=1 to see one anyway. Every file a command writes is written atomically and never
+through a symbolic link (``minitransformer.files``).
 
 The modules: parser.py (the options), defaults.py (each task's tuned settings), one per command (train.py
 with task_data.py, translate.py, evaluate.py, gradcheck.py, download.py), common.py (what several share).
@@ -74,6 +76,11 @@ def main(argv=None) -> int:
             raise
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except MemoryError as err:              # files are checked before allocating: this is a model too big to run
+        if os.environ.get("MINITRANSFORMER_TRACEBACK"):
+            raise
+        print(f"{prog}: error: out of memory ({err or 'no details'})", file=sys.stderr)
+        return 1
     except OSError as err:                  # a network error of `download`, a full disk, ...
         if os.environ.get("MINITRANSFORMER_TRACEBACK"):
             raise

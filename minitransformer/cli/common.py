@@ -11,10 +11,11 @@ import numpy
 from .. import checkpoint as ckpt
 from .. import datasets, decoding
 from ..bleu import corpus_bleu
+from ..files import atomic_write, check_writable, parse_json
 from ..loss import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
 from ..optim import Adam
-from ..tokenizers import UNK, tokenizer_from_json
+from ..tokenizers import UNK, tokenizer_from_dict
 
 
 class CLIError(Exception):
@@ -47,20 +48,43 @@ def load_pairs(task: str, split: str, data_dir=None) -> list:
 
 
 def tokenizers_from_checkpoint(ck):
-    """(source, target) tokenisers saved with a run; (None, None) for a copy/reverse run, which has none."""
+    """(source, target) tokenisers saved with a run; (None, None) for a copy/reverse run, which has none.
+    A checkpoint may come from anyone: a missing side, bad JSON or a bad vocabulary is a CLIError naming it."""
     if not ck.tokenizers:
         return None, None
-    return tokenizer_from_json(ck.tokenizers["src"]), tokenizer_from_json(ck.tokenizers["tgt"])
+    tokenizers = []
+    for side in ("src", "tgt"):
+        text = ck.tokenizers.get(side)
+        if not isinstance(text, str):
+            raise CLIError(f"checkpoint {ck.path} is missing tokenizers.{side} (the {side} vocabulary as JSON)")
+        try:
+            tokenizers.append(tokenizer_from_dict(parse_json(text, f"tokenizers.{side}")))
+        except (ValueError, TypeError) as err:
+            raise CLIError(f"checkpoint {ck.path}: {err}") from None
+    return tuple(tokenizers)
 
 
 def model_from_checkpoint(ck, weights=None):
-    """The fast tier's model with the checkpoint's config and weights (or ``weights``), in eval mode."""
+    """The fast tier's model with the checkpoint's config and weights (or ``weights``), in eval mode.
+    ``load_checkpoint`` checked the config's sizes against the weights the file holds before this builds it."""
     if ck.config is None:
         raise CLIError(f"checkpoint {ck.path} holds no model config")
     model = model_class(reference=False)(TransformerConfig.from_dict(ck.config))
-    model.load_state_dict(ck.weights if weights is None else weights)
+    try:
+        model.load_state_dict(ck.weights if weights is None else weights)
+    except ValueError as err:
+        raise CLIError(f"checkpoint {ck.path}: its weights do not fit its config ({err})") from None
     model.eval()
     return model
+
+
+def _check_vocabularies(ck, src_tok, tgt_tok) -> None:
+    """The tokenisers must give the ids the model was built for (else decoding would index out of range)."""
+    for side, tok in (("src", src_tok), ("tgt", tgt_tok)):
+        size = ck.config[f"{side}_vocab_size"]
+        if tok is not None and tok.vocab_size != size:
+            raise CLIError(f"checkpoint {ck.path}: tokenizers.{side} has {tok.vocab_size} tokens but the model's "
+                           f"config {side}_vocab_size is {size}")
 
 
 def load_run(path, average: int | None = None):
@@ -84,8 +108,9 @@ def load_run(path, average: int | None = None):
             print(f"--average {average}: only {len(used)} checkpoint-<step>.npz file(s) in {where}; "
                   f"averaging those", file=sys.stderr)
         weights = ckpt.average_checkpoints(used)
-    model = model_from_checkpoint(ck, weights)
     src_tok, tgt_tok = tokenizers_from_checkpoint(ck)
+    model = model_from_checkpoint(ck, weights)
+    _check_vocabularies(ck, src_tok, tgt_tok)
     return ck, model, src_tok, tgt_tok, used
 
 
@@ -121,7 +146,19 @@ def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1,
 # ============================================================================ plots
 
 def _save_figure(fig, path: str) -> None:
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    """Atomically (``files.atomic_write``): a run stopped mid-write leaves the previous plot whole."""
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"), "plot")
+
+
+def check_outputs(folder: str, names) -> None:
+    """Before any work: refuse (CLIError) if a file this command will write in ``folder`` is a symbolic link
+    or not a regular file. A run folder from elsewhere may hold such traps; ``files.atomic_write`` refuses
+    them too, but only when it comes to write, after the training or the scoring."""
+    for name in names:
+        try:
+            check_writable(os.path.join(folder, name), name)
+        except ValueError as err:
+            raise CLIError(str(err)) from None
 
 
 def plot_loss(trainer, path: str) -> None:

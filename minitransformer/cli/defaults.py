@@ -6,6 +6,11 @@ The measurements behind the numbers are in benchmarks/RESULTS.md, "Why the task 
 
 from __future__ import annotations
 
+import argparse
+import math
+
+from ..checkpoint import CONFIG_CAPS, MAX_COUNT
+
 PRESETS = ("tiny", "small", "base")
 
 # one encoder and one decoder layer of width 32: the symbol tasks need no more, and each step stays cheap
@@ -67,3 +72,85 @@ def task_settings(args) -> dict:
     if args.layers is not None:
         s["model"]["num_decoder_layers"] = args.layers            # --layers sets both stacks
     return s
+
+
+# ============================================================================ the settings a checkpoint holds
+
+def _int(low: int, high: int):
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
+            f"an integer in [{low:,}, {high:,}]")
+
+
+def _number(accept, expected: str):
+    return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and accept(v), expected)
+
+
+_POSITIVE = _number(lambda v: 0 < v < math.inf, "a positive number")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+
+
+def _one_of(choices):
+    return (lambda v: v in choices, f"one of {', '.join(choices)}")
+
+
+# What each setting of a saved run may be (a checkpoint may come from anyone). The bounds are the parser's,
+# plus caps on what would otherwise exhaust memory or time before the first step (held-out set, batch,
+# beam): no run of this project comes near them. None is allowed for the settings in CAN_BE_NONE.
+SETTING_RULES = {
+    "task": _one_of(TASKS), "preset": _one_of(PRESETS), "on_nonfinite": _one_of(("stop", "skip")),
+    "seed": _int(0, 2 ** 63 - 1), "steps": _int(1, MAX_COUNT), "epochs": _int(1, MAX_COUNT),
+    "max_minutes": _POSITIVE, "target": _number(math.isfinite, "a finite number"),
+    "batch_size": _int(1, 65_536), "max_tokens": _int(1, 10 ** 7), "lr_factor": _POSITIVE,
+    "warmup": _int(1, MAX_COUNT), "label_smoothing": _number(lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "clip_norm": _POSITIVE, "vocab_size": _int(1, CONFIG_CAPS["src_vocab_size"]), "eval_every": _int(1, MAX_COUNT),
+    "save_every": _int(1, MAX_COUNT), "keep": _int(1, 10 ** 6), "heldout": _int(1, 100_000),
+    "beam_size": _int(1, 100), "limit": _int(1, MAX_COUNT), "data_dir": (lambda v: isinstance(v, str), "a path"),
+    "progress": _BOOL, "plots": _BOOL, "reference": _BOOL,
+}
+CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
+               "limit", "data_dir")
+MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers")
+OPTIONAL_SAVED = ("reference",)     # runs saved before --reference existed were fast-tier runs
+
+
+def saved_setting_names(task: str) -> set:
+    """The settings a `train --task <task>` run saves: those of ``task_settings`` with nothing typed."""
+    untyped = argparse.Namespace(task=task, **dict.fromkeys(("preset", "steps", "epochs", *_SETTING_OPTIONS,
+                                                            *MODEL_OPTIONS)))
+    return set(task_settings(untyped))
+
+
+def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
+    """The settings a checkpoint holds, checked against SETTING_RULES (ValueError naming ``where`` and the
+    setting). complete: every setting a run of ``task`` saves must be there (to resume it); else only those
+    present are checked. Unknown names are dropped."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"{where}: settings must be an object, got {type(saved).__name__}")  # noqa: TRY004
+    if complete:
+        missing = sorted(saved_setting_names(task) - set(saved) - set(OPTIONAL_SAVED))
+        if missing:
+            raise ValueError(f"{where} is missing settings.{missing[0]}"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    checked = {}
+    for name, value in saved.items():
+        if name == "model":
+            checked[name] = _check_model_settings(value, where)
+        elif name in SETTING_RULES:
+            accept, expected = SETTING_RULES[name]
+            if not (value is None and name in CAN_BE_NONE) and not accept(value):
+                raise ValueError(f"{where}: settings.{name} must be {expected}, got {value!r:.60}")
+            checked[name] = value
+    if complete and all(checked.get(k) is None for k in ("steps", "epochs", "max_minutes")):
+        raise ValueError(f"{where}: settings give no end to the run (steps, epochs and max_minutes are all null)")
+    return checked
+
+
+def _check_model_settings(model, where: str) -> dict:
+    if not isinstance(model, dict) or not set(model) <= set(MODEL_FIELDS):
+        raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, got {model!r:.80}")
+    for name, value in model.items():
+        accept, expected = (_number(lambda v: 0 <= v < 1, "a number in [0, 1)") if name == "dropout"
+                            else _int(1, CONFIG_CAPS[name]))
+        if not accept(value):
+            raise ValueError(f"{where}: settings.model.{name} must be {expected}, got {value!r:.60}")
+    return dict(model)

@@ -3,19 +3,20 @@ and written as JSON."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from ..checkpoint import step_of_file
+from ..files import write_json
 from ..tasks import TASKS as SEQUENCE_TASKS
 from ..tasks import SequenceTask, exact_match
-from .common import CLIError, bleu_of, load_pairs, load_run
+from .common import CLIError, bleu_of, check_outputs, load_pairs, load_run
+from .defaults import check_saved_settings
 
 
 def cmd_evaluate(args) -> int:
     ck, model, src_tok, tgt_tok, used = load_run(args.checkpoint, args.average)
     task = ck.extra.get("task")
-    settings = ck.extra.get("settings") or {}
+    settings = check_saved_settings(ck.extra.get("settings") or {}, task, f"checkpoint {ck.path}", complete=False)
     split = "heldout" if task in SEQUENCE_TASKS else args.split   # a sequence task has its held-out set
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.alpha}"
     # the step of the newest checkpoint evaluated (averaged files are checkpoint-<step>.npz: the name says it)
@@ -23,6 +24,8 @@ def cmd_evaluate(args) -> int:
     result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
               "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
               "averaged": len(used) if args.average else 1, "step": step}
+    json_path = args.json_path or os.path.join(os.path.dirname(os.path.abspath(used[-1])), f"eval-{split}.json")
+    check_outputs(os.path.dirname(os.path.abspath(json_path)), [os.path.basename(json_path)])  # before scoring
     avg = ""
     if args.average:
         avg = f", average of {len(used)} checkpoints, steps {step_of_file(used[0])}-{step}"
@@ -41,8 +44,6 @@ def cmd_evaluate(args) -> int:
         print(f"BLEU ({task} {args.split}, {len(pairs)} sentences, {decoding}{avg}"
               f"{', lowercased' if lowercase else ''}): {score:.2f}")
     else:
-        raise CLIError(f"checkpoint {used[-1]} does not say which task it was trained on (task={task!r})")
-    json_path = args.json_path or os.path.join(os.path.dirname(os.path.abspath(used[-1])), f"eval-{split}.json")
-    with open(json_path, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+        raise CLIError(f"checkpoint {used[-1]} does not say which task it was trained on (task={task!r:.60})")
+    write_json(json_path, result, "evaluation")
     return 0

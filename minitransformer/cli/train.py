@@ -5,7 +5,9 @@
     _make_out_folder           --out, created (or refused if it is a file)
     _settings_and_checkpoint   the task's defaults with the options typed; with --resume, the saved run's
     _refuse_an_earlier_run     a fresh run never writes over a file already in --out (unless --overwrite)
-    task_data                  the task's model config, batches and metric (task_data.py)
+    check_outputs              a resumed run refuses an --out whose files it writes are symbolic links
+    task_data                  the task's model config, batches and metric (task_data.py); a resumed run's
+                               must be the model its checkpoint holds
     _build_trainer             the model (fast tier, or the core with --reference), loss, Adam, Noam, Trainer
     _start                     resume the run, or remove the earlier run's files (--overwrite)
     trainer.fit()
@@ -19,19 +21,27 @@ and what it reports.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 from .. import backend
 from .. import checkpoint as ckpt
+from ..files import write_json
 from ..optim import NoamSchedule
 from ..tasks import TASKS as SEQUENCE_TASKS
 from ..tasks import exact_match
-from ..train import Trainer
-from .common import CLIError, bleu_of, load_pairs, plot_attention, plot_loss, tier
-from .defaults import MODEL_OPTIONS, task_settings
+from ..train import Trainer, full_config
+from .common import (
+    CLIError,
+    bleu_of,
+    check_outputs,
+    load_pairs,
+    plot_attention,
+    plot_loss,
+    tier,
+)
+from .defaults import MODEL_OPTIONS, check_saved_settings, task_settings
 from .task_data import task_data
 
 # What --resume may change: when and how the run stops and reports, never what it computes.
@@ -60,7 +70,12 @@ def cmd_train(args) -> int:
     backend.manual_seed(settings["seed"])
     wall_start = time.perf_counter()
 
+    if resume_from is not None:
+        check_outputs(out, _files_written(out, settings))   # before any work: a trap refuses the run, not its end
     data = task_data(settings, resume_from)
+    if resume_from is not None and full_config(resume_from.config) != data.config.to_dict():
+        raise CLIError(f"--resume: {resume_from.path} does not hold the model its saved settings describe "
+                       f"(its config is {'missing' if resume_from.config is None else 'another'})")
     trainer = _build_trainer(settings, data, out)
     _start(trainer, args, out, resume_from)
     model, config = trainer.model, data.config
@@ -113,8 +128,9 @@ def _resumed_settings(args, settings: dict, resume_from) -> dict:
     the run was started with (a plain --resume of a 6-step run would otherwise train on to the default 3000).
     """
     saved = resume_from.extra.get("settings")
-    if saved is None or saved.get("task") != args.task:
+    if not isinstance(saved, dict) or saved.get("task") != args.task:
         raise CLIError(f"--resume: {resume_from.path} is not a checkpoint of a `train --task {args.task}` run")
+    saved = check_saved_settings(saved, args.task, f"checkpoint {resume_from.path}", complete=True)
     typed = _typed_options(args)
     overrides = {k: settings[k] for k in RESUMABLE_OVERRIDES if k in typed and k not in THIS_COMMAND_ONLY}
     if "steps" in typed or "epochs" in typed:            # one replaces the other (they are exclusive options)
@@ -147,6 +163,13 @@ def _make_out_folder(out: str) -> None:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         raise CLIError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
+
+
+def _files_written(out: str, settings: dict) -> list:
+    """The names of the files a run writes in --out: metrics.json, the plots, the checkpoints (those already
+    there included: the manager replaces and prunes them)."""
+    steps = [os.path.basename(p) for p in ckpt.list_checkpoints(out)]
+    return ["metrics.json", *(PLOT_FILES if settings["plots"] else ()), ckpt.LATEST, *steps]
 
 
 def _refuse_an_earlier_run(out: str, plots: bool) -> None:
@@ -241,8 +264,7 @@ def _final_score(settings: dict, data, model) -> tuple:
 def _write_results(out: str, metrics: dict, trainer: Trainer, example: tuple) -> list:
     """metrics.json and (unless --no-plots) the plots. -> the paths written, for the last line printed."""
     metrics_path = os.path.join(out, "metrics.json")
-    with open(metrics_path, "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2)
+    write_json(metrics_path, metrics, "metrics")
     written = [metrics_path, os.path.join(out, ckpt.LATEST)]
     if metrics["settings"]["plots"]:
         if trainer.history:

@@ -1,0 +1,745 @@
+"""Checkpoints and run folders from elsewhere: every crafted file is refused by name, with exit code 2 from the
+command line, and none crashes, hangs, exhausts memory or makes a command write through a planted link.
+
+The sha256 in a checkpoint proves integrity, not origin: anyone can recompute it, so most files here are
+crafted WITH a valid checksum, to reach the checks behind it.
+"""
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import checkpoint as ck
+from minitransformer import datasets, files
+from minitransformer.cli import main
+from minitransformer.cli.common import (
+    CLIError,
+    _save_figure,
+    model_from_checkpoint,
+    tokenizers_from_checkpoint,
+)
+from minitransformer.loss import CrossEntropyLoss
+from minitransformer.model import Transformer, TransformerConfig
+from minitransformer.optim import Adam, NoamSchedule
+from minitransformer.tokenizers import WordTokenizer
+from minitransformer.train import Trainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24", "--no-progress", "--no-plots"]
+MEMORY_LIMIT = 64 << 20      # what loading or refusing a (tiny) checkpoint may allocate, whatever the file claims
+TIME_LIMIT = 5.0             # seconds per hostile file
+
+
+# ------------------------------------------------------------------------------------------ crafting files
+
+def arrays_of(path) -> dict:
+    with np.load(path, allow_pickle=False) as archive:
+        return {k: archive[k] for k in archive.files}
+
+
+def meta_of(arrays) -> dict:
+    return json.loads(bytes(arrays["meta"]).decode("utf-8"))
+
+
+def with_meta(arrays, meta=None, text=None) -> dict:
+    """The arrays with another meta (an object, or the raw JSON text)."""
+    text = json.dumps(meta) if text is None else text
+    return {**arrays, "meta": np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()}
+
+
+def write_checkpoint(path, arrays) -> str:
+    """``arrays`` as a checkpoint file with a VALID checksum (anyone can compute one)."""
+    with open(path, "w+b") as f:
+        ck._write_npz(f, arrays)
+        ck._append_digest(f)
+    return str(path)
+
+
+def npy(array) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.asarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def npy_header(shape, descr) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": tuple(shape)})
+    return buf.getvalue()
+
+
+def write_zip(path, entries: dict, digest=True, compression=zipfile.ZIP_STORED) -> str:
+    """A zip of raw .npy entries {name: bytes or a callable writing into the entry}, with the checksum trailer."""
+    with zipfile.ZipFile(path, "w", compression) as z:
+        for name, data in entries.items():
+            if callable(data):
+                with z.open(name + ".npy", "w", force_zip64=True) as f:
+                    data(f)
+            else:
+                z.writestr(name + ".npy", data)
+    if digest:
+        with open(path, "r+b") as f:
+            ck._append_digest(f)
+    return str(path)
+
+
+def entries_of(arrays) -> dict:
+    return {k: npy(v) for k, v in arrays.items()}
+
+
+def first_param(arrays) -> str:
+    return next(k for k in arrays if k.startswith("param/"))
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+def measure_peak():
+    """Start measuring; -> a function giving the peak growth of memory since, in bytes. On Linux the peak
+    resident size (reset through /proc/self/clear_refs: cheap, and it sees every allocation that is used);
+    elsewhere tracemalloc (NumPy reports its arrays to it), which slows Python down several times."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        start = _status_bytes("VmRSS")
+        return lambda: _status_bytes("VmHWM") - start
+    except OSError:
+        tracemalloc.start()
+
+        def peak():
+            value = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            return value
+        return peak
+
+
+@contextlib.contextmanager
+def bounded(seconds=TIME_LIMIT, memory=MEMORY_LIMIT):
+    """Fail if the block runs longer than ``seconds`` (SIGALRM interrupts even a blocking open) or its memory
+    grows by more than ``memory`` bytes at its peak."""
+    def timeout(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    peak = measure_peak()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        grown = peak()
+    assert grown < memory, f"memory grew by {grown:,} bytes at the peak (limit {memory:,})"
+
+
+def refused(path, match) -> str:
+    """load_checkpoint(path) raises a ValueError naming the path and matching ``match``, quickly and within
+    the memory limit. -> the message."""
+    with bounded(), pytest.raises(ValueError, match=match) as err:
+        ck.load_checkpoint(path)
+    assert str(path) in str(err.value)
+    return str(err.value)
+
+
+def cli_refuses(capsys, args, *expected) -> str:
+    """The command exits 2 with one error line containing every ``expected`` string. -> that line."""
+    capsys.readouterr()
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[-1].startswith("minitransformer "), err
+    for text in expected:
+        assert text in err[-1], err[-1]
+    return err[-1]
+
+
+# ------------------------------------------------------------------------------------------ real runs to mutate
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    """A real `train --task copy` run folder (4 steps, checkpoints at 2 and 4); tests copy it before changing it."""
+    out = str(tmp_path_factory.mktemp("copy") / "run")
+    assert main(["train", "--task", "copy", "--steps", "4", "--save-every", "2", "--heldout", "10", "--out", out,
+                 *SMALL]) == 0
+    return out
+
+
+@pytest.fixture
+def run(copy_run, tmp_path):
+    """A fresh copy of the copy run's folder, and its checkpoint's arrays."""
+    out = str(tmp_path / "run")
+    shutil.copytree(copy_run, out)
+    return out, arrays_of(os.path.join(out, ck.LATEST))
+
+
+def replace_latest(out, arrays) -> str:
+    """Make the run folder's checkpoint.npz (and its newest step file) the crafted arrays."""
+    latest = write_checkpoint(os.path.join(out, ck.LATEST), arrays)
+    shutil.copyfile(latest, ck.list_checkpoints(out)[-1])
+    return latest
+
+
+TOKENS = WordTokenizer.build(["a b c d e f g"])
+
+
+def api_trainer(out=None, seed=0):
+    """A Trainer of a tiny model with tokenisers, on a fixed list of batches (what the fuzz resumes into)."""
+    mt.manual_seed(seed)
+    v = TOKENS.vocab_size
+    config = TransformerConfig(v, v, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=12,
+                               dropout=0.1, max_len=16)
+    model = Transformer(config)
+    opt = Adam(model.parameters(), lr=1.0)
+    sched = NoamSchedule(opt, 8, warmup=4)
+    src = np.array([[4, 5, 6], [7, 8, 0]])
+    batches = [(src, np.array([[1, 4, 5], [1, 9, 0]]), np.array([[4, 5, 2], [9, 2, 0]]))] * 3
+    return Trainer(model, CrossEntropyLoss(0), opt, batches, scheduler=sched, max_steps=2, progress=False,
+                   checkpoint_dir=out, config=config.to_dict(),
+                   tokenizers={"src": TOKENS.to_json(), "tgt": TOKENS.to_json()}, extra={"task": "toy"})
+
+
+@pytest.fixture(scope="module")
+def api_checkpoint(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("api"))
+    api_trainer(out).fit()
+    return os.path.join(out, ck.LATEST)
+
+
+def snapshot(trainer) -> dict:
+    return {"weights": trainer.model.state_dict(), "optim": trainer.optimizer.state_dict(),
+            "sched": trainer.scheduler.state_dict(), "data": trainer.train_data.state_dict(),
+            "rng": json.dumps(mt.backend.get_rng_state()), "step": trainer.step, "history": list(trainer.history)}
+
+
+def assert_unchanged(before, after):
+    assert before.keys() == after.keys()
+    for key in before:
+        if isinstance(before[key], dict):
+            assert before[key].keys() == after[key].keys(), key
+            for k in before[key]:
+                np.testing.assert_array_equal(before[key][k], after[key][k], err_msg=f"{key}[{k}]")
+        else:
+            assert before[key] == after[key], key
+
+
+# ============================================================================ tracebacks and memory
+
+@pytest.mark.parametrize("digest", [True, False])
+def test_array_header_claiming_8_tib_is_refused_before_allocating(run, tmp_path, digest):
+    _, arrays = run
+    entries = entries_of(arrays)
+    name = first_param(arrays)
+    entries[name] = npy_header((2 ** 40,), "<f8") + npy(arrays[name])[128:]
+    path = write_zip(tmp_path / "huge.npz", entries, digest=digest)
+    refused(path, r"claims 8,796,093,022,208 bytes .* refused before allocating")
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("src_vocab_size", 10 ** 12, "src_vocab_size = 1000000000000 is beyond the sizes this project supports"),
+    ("max_len", 10 ** 12, "max_len = 1000000000000 is beyond"),
+    ("d_model", 2 ** 20, "d_model = 1048576 is beyond"),
+    ("num_encoder_layers", 10 ** 6, "num_encoder_layers = 1000000 is beyond"),
+    # within every cap, yet a model far larger than the file: refused before it is built
+    ("src_vocab_size", 999_999, "describes .* weights but the file holds"),
+])
+def test_config_beyond_caps_or_file_is_refused_before_building(run, tmp_path, capsys, field, value, match):
+    _, arrays = run
+    meta = meta_of(arrays)
+    meta["config"][field] = value
+    if field == "src_vocab_size" and value < 10 ** 6:
+        meta["config"]["tgt_vocab_size"] = value
+    path = write_checkpoint(tmp_path / "big.npz", with_meta(arrays, meta))
+    refused(path, match)
+    cli_refuses(capsys, ["translate", "--checkpoint", path, "4 5"], path, field if "beyond" in match else "describes")
+
+
+def test_missing_step_and_param_names_are_named(run, tmp_path):
+    _, arrays = run
+    for key in ("step", "param_names", "batch"):
+        meta = meta_of(arrays)
+        del meta[key]
+        refused(write_checkpoint(tmp_path / f"no-{key}.npz", with_meta(arrays, meta)), f"is missing '{key}'")
+
+
+def test_tokenizers_without_tgt_are_named(run, tmp_path, capsys):
+    _, arrays = run
+    meta = meta_of(arrays)
+    meta["tokenizers"] = {"src": TOKENS.to_json()}
+    path = write_checkpoint(tmp_path / "half.npz", with_meta(arrays, meta))
+    cli_refuses(capsys, ["translate", "--checkpoint", path, "a b"], path, "missing tokenizers.tgt")
+
+
+@pytest.mark.parametrize("where", ["meta", "optimizer", "tokenizer"])
+def test_deep_nesting_is_refused_without_recursion_error(run, tmp_path, capsys, where):
+    _, arrays = run
+    meta = meta_of(arrays)
+    if where == "meta":                                     # 200,000 nested [ inside the metadata
+        text = json.dumps({**meta, "extra": "@"}).replace('"@"', "[" * 200_000 + "]" * 200_000)
+        path = write_checkpoint(tmp_path / "deep.npz", with_meta(arrays, text=text))
+        refused(path, "nested too deeply")
+    elif where == "optimizer":                              # a skeleton 980 lists deep around a real array entry
+        skeleton = json.dumps(meta["optimizer"])
+        text = json.dumps({**meta, "optimizer": "@"}).replace('"@"', "[" * 980 + skeleton + "]" * 980)
+        path = write_checkpoint(tmp_path / "deep.npz", with_meta(arrays, text=text))
+        refused(path, "nested too deeply")
+    else:                                                   # the tokenizer JSON string, parsed later by the CLI
+        meta["tokenizers"] = {"src": "[" * 100_000 + "]" * 100_000, "tgt": TOKENS.to_json()}
+        path = write_checkpoint(tmp_path / "deep.npz", with_meta(arrays, meta))
+    cli_refuses(capsys, ["translate", "--checkpoint", path, "4 5"], path, "nested too deeply")
+
+
+def test_resume_state_without_preset_or_data_is_named(run, capsys):
+    out, arrays = run
+    meta = meta_of(arrays)
+    del meta["extra"]["settings"]["preset"]
+    replace_latest(out, with_meta(arrays, meta))
+    resume = ["train", "--task", "copy", "--out", out, "--resume", "--no-progress"]
+    cli_refuses(capsys, resume, "missing settings.preset")
+    meta = meta_of(arrays)
+    del meta["extra"]["trainer"]["data"]
+    replace_latest(out, with_meta(arrays, meta))
+    cli_refuses(capsys, resume, "is missing the training state's 'data'")
+
+
+# ============================================================================ silent acceptance
+
+def test_negative_step_is_refused_and_writes_no_file(run, tmp_path, capsys):
+    out, arrays = run
+    meta = meta_of(arrays)
+    meta["step"] = -5
+    latest = replace_latest(out, with_meta(arrays, meta))
+    refused(latest, r"step must be an integer in \[0, 1,000,000,000\], got -5")
+    before = sorted(os.listdir(out))
+    cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "8", "--no-progress"], "step")
+    assert sorted(os.listdir(out)) == before                # no checkpoint--5.npz, nothing else either
+    with pytest.raises(ValueError, match="step must be an int in"):
+        ck.CheckpointManager(tmp_path / "m").save(-5, weights={"w": np.zeros(2)})
+    assert os.listdir(tmp_path / "m") == []
+
+
+@pytest.mark.parametrize("where, value, match", [
+    ("batch", 10 ** 12, r"batch must be an integer in \[0, 1,000,000,000\]"),
+    ("epoch", -1, r"epoch must be an integer in \[0,"),
+    ("data position", 10 ** 12, r"position'\] must be an integer in \[0,"),
+    ("data position", 101, "data position 101 is beyond the 100 batches"),
+])
+def test_absurd_data_positions_are_refused(run, capsys, where, value, match):
+    out, arrays = run
+    meta = meta_of(arrays)
+    if where == "data position":
+        meta["extra"]["trainer"]["data"]["position"] = value
+    else:
+        meta[where] = value
+    replace_latest(out, with_meta(arrays, meta))
+    cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "8", "--no-progress"])
+    assert ck.list_checkpoints(out)[-1].endswith("checkpoint-4.npz")    # nothing trained, nothing saved
+
+
+def test_complex_weights_are_refused(run, tmp_path):
+    _, arrays = run
+    name = first_param(arrays)
+    path = write_checkpoint(tmp_path / "complex.npz", {**arrays, name: arrays[name] + 1j})
+    refused(path, "holds complex64 values; a checkpoint holds only bool, integer and float arrays")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_nonfinite_weights_are_refused(run, tmp_path, capsys, value):
+    _, arrays = run
+    crafted = {k: (np.full_like(v, value) if k.startswith("param/") else v) for k, v in arrays.items()}
+    path = write_checkpoint(tmp_path / "nan.npz", crafted)
+    refused(path, "holds NaN or infinite values")
+    cli_refuses(capsys, ["translate", "--checkpoint", path, "4 5"], "NaN or infinite")   # not empty lines, exit 0
+
+
+def test_extra_entries_and_inflated_entries_are_refused_unread(run, tmp_path):
+    _, arrays = run
+    path = write_checkpoint(tmp_path / "extra.npz", {**arrays, "payload": np.zeros(1000)})
+    refused(path, r"holds entries no checkpoint has \(\['payload'\]\): refused unread")
+
+    def zeros_400_mb(f):                                    # deflates to about 400 KB
+        f.write(npy_header((50 * 2 ** 20,), "<f8"))
+        block = bytes(1 << 20)
+        for _ in range(400):
+            f.write(block)
+
+    entries = {**entries_of(arrays), "payload": zeros_400_mb}
+    path = write_zip(tmp_path / "bomb.npz", entries, compression=zipfile.ZIP_DEFLATED)
+    assert os.path.getsize(path) < 2 << 20
+    refused(path, r"decompress to 4\d\d,\d{3},\d{3} bytes from a file of .* refused before decompressing")
+
+
+# ============================================================================ hangs
+
+def test_fifo_checkpoint_is_refused_without_blocking(tmp_path):
+    fifo = str(tmp_path / "f.npz")
+    os.mkfifo(fifo)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "minitransformer", "translate", "--checkpoint", fifo, "4 5"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"minitransformer translate: error: checkpoint {fifo} is not a regular file " \
+                                  f"(a FIFO, device or socket): refused"
+    with bounded(), pytest.raises(ValueError, match="not a regular file"):      # in-process too: no blocking open
+        ck.load_checkpoint(fifo)
+    with bounded(), pytest.raises(ValueError, match="not a regular file"):
+        datasets._read_lines(Path(fifo))
+
+
+# ============================================================================ overwrites through symlinks
+
+def test_evaluate_refuses_an_eval_json_that_is_a_symlink(run, tmp_path, capsys):
+    out, _ = run
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.symlink(victim, os.path.join(out, "eval-heldout.json"))
+    cli_refuses(capsys, ["evaluate", "--checkpoint", out], "eval-heldout.json is a symbolic link")
+    assert victim.read_text() == "precious"
+
+
+def test_resume_refuses_a_metrics_json_that_is_a_symlink_before_training(run, tmp_path, capsys):
+    out, _ = run
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.unlink(os.path.join(out, "metrics.json"))
+    os.symlink(victim, os.path.join(out, "metrics.json"))
+    before = Path(out, ck.LATEST).read_bytes()
+    cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "6", "--no-progress"],
+                "metrics.json is a symbolic link")
+    assert victim.read_text() == "precious" and Path(out, ck.LATEST).read_bytes() == before   # refused at start
+
+
+def test_no_write_goes_through_a_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_path / "link"
+    os.symlink(victim, link)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        files.write_json(link, {"a": 1}, "metrics")
+    folder = tmp_path / "run"
+    manager = ck.CheckpointManager(folder)
+    os.symlink(victim, folder / ck.LATEST)
+    with pytest.raises(ValueError, match="checkpoint.npz is a symbolic link"):
+        manager.save(1, weights={"w": np.zeros(2)})
+    assert victim.read_text() == "precious"
+    assert not [n for n in os.listdir(folder) if n.endswith(files.TEMP_SUFFIX)]
+
+
+# ============================================================================ atomic writes
+
+def test_a_file_size_limit_leaves_the_previous_metrics_whole(tmp_path):
+    """``ulimit -f 1``: the write fails past 1,024 bytes; the previous metrics.json stays, whole."""
+    path = tmp_path / "metrics.json"
+    path.write_text('{"bleu": 27.3}')
+    script = textwrap.dedent(f"""
+        import resource
+        from minitransformer import files
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+        try:
+            files.write_json({str(path)!r}, {{"history": list(range(5000))}}, "metrics")
+        except OSError as err:
+            print("refused:", err.errno)
+    """)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert "refused: 27" in proc.stdout, proc.stdout + proc.stderr            # EFBIG: File too large
+    assert path.read_text() == '{"bleu": 27.3}'
+    assert os.listdir(tmp_path) == ["metrics.json"]                           # no temporary file left
+
+
+def test_a_plot_that_fails_half_way_leaves_the_previous_plot_whole(tmp_path):
+    path = tmp_path / "loss.png"
+    path.write_bytes(b"\x89PNG previous")
+
+    class HalfFigure:
+        def savefig(self, f, **kw):
+            f.write(b"\x89PNG half")
+            raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="disk full"):
+        _save_figure(HalfFigure(), str(path))
+    assert path.read_bytes() == b"\x89PNG previous" and os.listdir(tmp_path) == ["loss.png"]
+
+
+# ============================================================================ unclear messages
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_proc_file_is_refused_by_name(capsys):
+    cli_refuses(capsys, ["translate", "--checkpoint", "/proc/self/status", "4 5"], "checkpoint /proc/self/status")
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("step", "x", "step must be an integer"),
+    ("tokenizers", ["src"], "tokenizers must be an object, got list"),
+    ("extra", "s", "extra must be an object, got str"),
+    ("rng", {"host": "garbage"}, "rng is not a random generator state"),
+    ("optimizer.lr", "x", "optimizer['lr'] must be a finite number >= 0"),
+    ("optimizer.step", -3, "optimizer['step'] must be an integer in [0,"),
+    ("settings", "str", "is not a checkpoint of a `train --task copy` run"),
+    ("settings.heldout", 10 ** 12, "settings.heldout must be an integer in [1, 100,000]"),
+    ("settings.model", [1], "settings.model must be an object"),
+    ("trainer.history", 5, "history must be a list of [4 numbers] rows"),
+    ("config", {"src_vocab_size": "x"}, "config is not a valid model config"),
+])
+def test_crafted_fields_are_named(run, capsys, field, value, expected):
+    out, arrays = run
+    meta = meta_of(arrays)
+    parent, _, key = field.partition(".")
+    if parent in ("settings", "trainer"):
+        if key:
+            meta["extra"][parent][key] = value
+        else:
+            meta["extra"][parent] = value
+    elif key:
+        meta[parent][key] = value
+    else:
+        meta[field] = value
+    latest = replace_latest(out, with_meta(arrays, meta))
+    cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "8", "--no-progress"],
+                latest, expected)
+
+
+def write_multi30k(folder, broken=None, data=b""):
+    folder.mkdir(exist_ok=True)
+    for split in datasets.MULTI30K_SPLITS:
+        for lang in datasets.MULTI30K_LANGS:
+            (folder / f"{split}.{lang}").write_bytes(b"ein hund .\nzwei katzen .\n")
+    if broken:
+        (folder / "train.de").unlink()
+        (folder / broken).write_bytes(data)
+    return folder
+
+
+@pytest.mark.parametrize("broken, data, expected", [
+    ("train.de", b"ein hund .\nzwei \xff katzen .\n", "train.de, line 2: not UTF-8 text (byte 0xff)"),
+    ("train.de.gz", b"\x1f\x8b\x08 not gzip at all", "train.de.gz: not a readable gzip file"),
+    ("train.de.gz", gzip.compress(b"ein hund .\nzwei katzen .\n")[:-12], "train.de.gz: not a readable gzip file"),
+])
+def test_multi30k_bad_utf8_and_bad_gzip_name_the_file(tmp_path, capsys, broken, data, expected):
+    folder = write_multi30k(tmp_path / "m30k", broken, data)
+    with pytest.raises(ValueError, match="not UTF-8|not a readable gzip") as err:
+        datasets.load_multi30k(folder, "train")
+    assert str(folder / broken) in str(err.value)
+    cli_refuses(capsys, ["train", "--task", "multi30k", "--data-dir", str(folder), "--out", str(tmp_path / "out"),
+                         "--steps", "1", *SMALL], expected)
+
+
+# ============================================================================ all-or-nothing resume
+
+@pytest.mark.parametrize("crafted", ["last weight's shape", "optimizer moment", "rng", "data position"])
+def test_a_refused_resume_changes_nothing(api_checkpoint, tmp_path, crafted):
+    arrays = arrays_of(api_checkpoint)
+    meta = meta_of(arrays)
+    if crafted == "last weight's shape":
+        last = [k for k in arrays if k.startswith("param/")][-1]
+        arrays[last] = np.zeros(arrays[last].shape[0] + 1, arrays[last].dtype)
+    elif crafted == "optimizer moment":
+        key = next(k for k in arrays if k.startswith("optim/") and arrays[k].ndim == 2)
+        arrays[key] = arrays[key][:, :1]
+    elif crafted == "rng":
+        meta["rng"]["host"]["state"] = "garbage"
+    else:
+        meta["extra"]["trainer"]["data"]["position"] = 4
+    path = write_checkpoint(tmp_path / "crafted.npz", with_meta(arrays, meta))
+    trainer = api_trainer(seed=1)
+    before = snapshot(trainer)
+    with pytest.raises(ValueError, match=str(tmp_path)):
+        trainer.resume(path)
+    assert_unchanged(before, snapshot(trainer))
+
+
+def test_a_run_saved_before_d_k_positional_and_reference_existed_still_resumes(run, capsys):
+    """The checks refuse crafted files, not older ones: a run saved without the config fields and the setting
+    added since (their defaults then) loads, translates and resumes."""
+    out, arrays = run
+    meta = meta_of(arrays)
+    for key in ("d_k", "positional"):
+        del meta["config"][key]
+    del meta["extra"]["settings"]["reference"]
+    replace_latest(out, with_meta(arrays, meta))
+    assert main(["translate", "--checkpoint", out, "4 5 6"]) == 0
+    assert main(["train", "--task", "copy", "--out", out, "--resume", "--steps", "5", "--no-progress"]) == 0
+    assert ck.load_checkpoint(os.path.join(out, ck.LATEST)).step == 5
+
+
+def test_the_checkpoint_the_fuzz_mutates_resumes(api_checkpoint):
+    trainer = api_trainer(seed=1)
+    trainer.resume(api_checkpoint)
+    assert trainer.step == 2 and trainer.train_data.state_dict() == {"epoch": 0, "position": 2}
+
+
+@pytest.mark.parametrize("changes", [{}, {"share_embeddings": True, "tgt_vocab_size": 11},
+                                     {"tie_output": False}, {"norm_first": True}, {"positional": "learned"},
+                                     {"d_k": 3, "num_heads": 3}])
+def test_parameter_count_is_that_of_the_model(changes):
+    sizes = {"src_vocab_size": 11, "tgt_vocab_size": 13, "d_model": 8, "num_heads": 2, "num_encoder_layers": 2,
+             "num_decoder_layers": 1, "d_ff": 12, "max_len": 9}
+    config = TransformerConfig(**{**sizes, **changes})
+    assert ck.parameter_count(config) == Transformer(config).num_parameters()
+
+
+# ============================================================================ fuzz
+
+FUZZ_CASES = int(os.environ.get("MINITRANSFORMER_FUZZ_CASES", "240"))
+DTYPES = ["<f4", ">f8", "<f2", "<i8", "|u1", "|b1", "<c16", "|O", "<U3", "|V8", "<M8[s]"]
+
+
+def random_json(rng, depth=0):
+    kind = rng.integers(0, 9 if depth < 40 else 6)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return bool(rng.integers(0, 2))
+    if kind == 2:
+        return int(rng.choice([0, 1, -1, 2 ** 31, -(2 ** 63), 10 ** 12, 10 ** 30, int(rng.integers(-50, 50))]))
+    if kind == 3:
+        return float(rng.choice([0.5, -1e300, 1e308, float("nan"), float("inf"), -0.0]))
+    if kind in (4, 5):
+        return str(rng.choice(["", "x", "param/0", "optim/0", "sched/0", "__array__", "a" * 300]))
+    if kind in (6, 7):
+        return [random_json(rng, depth + 1) for _ in range(rng.integers(0, 4 if depth < 5 else 2))]
+    keys = ["__array__", "__tuple__", "__dict__", "scalar", "step", "lr", "epoch", "position", "host", "x"]
+    return {str(rng.choice(keys)): random_json(rng, depth + 1) for _ in range(rng.integers(0, 3))}
+
+
+def json_paths(obj, prefix=()):
+    """Every (path of keys/indices) inside a JSON object, the root excluded."""
+    out = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        out.append(prefix + (k,))
+        out.extend(json_paths(v, prefix + (k,)))
+    return out
+
+
+def mutate(rng, base: bytes, arrays: dict, path: str) -> str:
+    """Write one mutation of the checkpoint to ``path``; -> what kind it was."""
+    kind = str(rng.choice(["bytes", "truncate", "header", "meta", "array"]))
+    keep_digest = bool(rng.integers(0, 2))
+    body = base[:-(ck._TRAILER + 2)] + b"\0\0"                    # the archive without its checksum comment
+    if kind in ("bytes", "truncate"):
+        data = bytearray(body)
+        if kind == "bytes":
+            for offset in rng.integers(0, len(data), size=rng.integers(1, 9)):
+                data[offset] = int(rng.integers(0, 256))
+        else:
+            data = data[:rng.integers(0, len(data))]
+        Path(path).write_bytes(bytes(data))
+        if keep_digest:
+            with contextlib.suppress(RuntimeError), open(path, "r+b") as f:
+                ck._append_digest(f)                             # a valid checksum over the damage
+        return f"{kind}{'+digest' if keep_digest else ''}"
+    if kind == "header":
+        entries = entries_of(arrays)
+        name = str(rng.choice(sorted(entries)))
+        old = arrays[name]
+        shape = tuple(int(rng.choice([0, 1, 3, 2 ** 20, 2 ** 40, -1, old.size])) for _ in range(rng.integers(0, 4)))
+        header = npy_header(shape, str(rng.choice(DTYPES + [old.dtype.str] * 4)))
+        entries[name] = header + npy(old)[128:]
+        write_zip(path, entries, digest=keep_digest)
+        return f"header {name} {shape}"
+    if kind == "meta":
+        meta = meta_of(arrays)
+        where = json_paths(meta)
+        target = where[rng.integers(0, len(where))]
+        parent = meta
+        for k in target[:-1]:
+            parent = parent[k]
+        parent[target[-1]] = random_json(rng)
+        write_checkpoint(path, with_meta(arrays, meta))
+        return f"meta {'.'.join(map(str, target[:4]))}"
+    name = str(rng.choice(sorted(k for k in arrays if k != "meta")))
+    replacements = [np.full_like(arrays[name], np.nan, dtype=float), arrays[name].astype(np.complex64),
+                    np.zeros((2, 3, 4)), np.array(10 ** 18), arrays[name].astype(np.int8), np.zeros(0, np.float32)]
+    replacement = replacements[rng.integers(0, len(replacements))]
+    write_checkpoint(path, {**arrays, name: replacement})
+    return f"array {name}"
+
+
+def try_everything(path) -> str:
+    """What a user can do with a checkpoint: load it, build the model and tokenisers for translate and evaluate,
+    resume a run from it. -> "refused" or "loaded"; any other exception fails the test."""
+    try:
+        loaded = ck.load_checkpoint(path)
+    except (ValueError, FileNotFoundError):
+        return "refused"
+    try:
+        tokenizers_from_checkpoint(loaded)
+        model_from_checkpoint(loaded)
+    except CLIError:
+        return "refused"
+    try:
+        api_trainer(seed=1).resume(path)
+    except ValueError:
+        return "refused"
+    return "loaded"
+
+
+def test_fuzz_mutated_checkpoints_are_refused_or_load(api_checkpoint, tmp_path):
+    """Random bytes, truncations, .npy header fields, metadata fields set to random JSON of every type and depth,
+    arrays of other dtypes and shapes; with and without a valid checksum. Each is a clean refusal or a load that
+    works, within TIME_LIMIT and MEMORY_LIMIT. MINITRANSFORMER_FUZZ_CASES sets the count (default 240)."""
+    base = Path(api_checkpoint).read_bytes()
+    arrays = arrays_of(api_checkpoint)
+    rng = np.random.default_rng(2024)
+    counts = {"refused": 0, "loaded": 0}
+    path = str(tmp_path / "fuzz.npz")
+    started = time.perf_counter()
+    for case in range(FUZZ_CASES):
+        kind = mutate(rng, base, arrays, path)
+        try:
+            with bounded():
+                counts[try_everything(path)] += 1
+        except Exception as err:
+            raise AssertionError(f"case {case} ({kind}): {type(err).__name__}: {err}") from err
+    print(f"\nfuzz of the file: {FUZZ_CASES} cases in {time.perf_counter() - started:.1f} s: {counts['refused']} refused, "
+          f"{counts['loaded']} loaded, 0 other")
+    assert counts["refused"] > FUZZ_CASES // 2 and counts["loaded"] > 0
+
+
+def test_fuzz_saved_settings_and_training_state_through_train_resume(run, capsys):
+    """What `train --resume` reads besides the arrays (the saved settings, the training state, the config), set to
+    random JSON: the run either continues or exits 2 with a message, never anything else."""
+    out, arrays = run
+    latest = os.path.join(out, ck.LATEST)
+    rng = np.random.default_rng(7)
+    counts = {0: 0, 2: 0}
+    for case in range(int(os.environ.get("MINITRANSFORMER_FUZZ_CASES", "240")) // 10):
+        meta = meta_of(arrays)
+        section = meta["extra"] if rng.integers(0, 4) else meta
+        where = [p for p in json_paths(section) if p[0] in ("settings", "trainer", "config")]
+        target = where[rng.integers(0, len(where))]
+        parent = section
+        for k in target[:-1]:
+            parent = parent[k]
+        parent[target[-1]] = random_json(rng)
+        shutil.rmtree(out)
+        os.makedirs(out)
+        for name in (ck.LATEST, "checkpoint-4.npz"):
+            write_checkpoint(os.path.join(out, name), with_meta(arrays, meta))
+        capsys.readouterr()
+        try:
+            with bounded(seconds=30, memory=256 << 20):
+                code = main(["train", "--task", "copy", "--out", out, "--resume", "--steps", "5", "--no-progress"])
+        except Exception as err:
+            raise AssertionError(f"case {case} ({'.'.join(map(str, target))}): {type(err).__name__}: {err}") from err
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code in counts and (code == 0 or err[-1].startswith("minitransformer train: error:")), (code, err)
+        counts[code] += 1
+    print(f"\nfuzz of train --resume: {sum(counts.values())} cases: {counts[2]} refused (exit 2), {counts[0]} resumed")
+    assert counts[2] > 0 and os.path.exists(latest)
