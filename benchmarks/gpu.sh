@@ -6,7 +6,7 @@
 # 1. environment: GPU, driver, Python, NumPy, CuPy (installs cupy-cuda13x when no CuPy build is there: from
 #    PyPI, or offline from wheels in .whl/);
 # 2. the gradient checks of every layer on the cupy backend (MINITRANSFORMER_BACKEND=cupy; conftest keeps
-#    the session's backend), and the fast tier against the core there;
+#    the session's backend; `minitransformer gradcheck`'s table), and the fast tier against the core there;
 # 3. from NumPy, the device-boundary tests (training step, evaluation, decoding, gradcheck and Trainer on CuPy
 #    against NumPy) and the loss/optimiser CuPy tests;
 # 4. the float32 training step on CuPy for each preset, both tiers, timed by benchmarks/bench_step.py
@@ -65,8 +65,10 @@ PY
 
 stage "gradient checks on the cupy backend"
 MINITRANSFORMER_BACKEND=cupy timeout "${LIMITS[0]}" "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
-    tests/test_layers_gradcheck.py tests/test_comparison_layers.py tests/test_fast.py \
+    tests/test_layers_gradcheck.py tests/test_fast.py \
     || { echo "FAILED: gradient checks on the cupy backend"; status=1; }
+MINITRANSFORMER_BACKEND=cupy timeout "${LIMITS[0]}" "$PYTHON" -m minitransformer gradcheck \
+    || { echo "FAILED: minitransformer gradcheck on the cupy backend"; status=1; }
 
 stage "CuPy against NumPy"
 # These start on NumPy (their reference) and switch to CuPy themselves: no MINITRANSFORMER_BACKEND here.

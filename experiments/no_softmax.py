@@ -1,0 +1,70 @@
+"""Is the softmax needed? Attention with raw scores as weights, normalised or not, against softmax, trained.
+
+A reader's question the paper does not answer: the weights of §3.2.1 are softmax(Q K^T / sqrt(d_k)); what if
+the scores themselves weight the values? Here the weights are
+    softmax     softmax(S), S = Q K^T / sqrt(d_k)          (the paper)
+    raw         S                                          (linear attention with no normalisation)
+    normalised  S / (sum_j |S_j| + 1)                      (signed weights whose sizes sum to at most 1)
+on the same key-value retrieval task as attention_variants.py (32 pairs, so one key must win over 31 others),
+at d_k = 4, 16, 64, 128 over 3 seeds: held-out accuracy and loss, the largest weight, the gradient at the
+scores, the time per step. Without the exponential, the right key can only win if its score stands clear of
+31 others' by the geometry of q and k alone, which needs room: d_k at least about the number of keys that
+must be told apart. The measurement says from which d_k that holds.
+
+    python experiments/no_softmax.py            # about 4 minutes on 2 CPU cores
+    python experiments/no_softmax.py --quick    # seconds
+"""
+
+from __future__ import annotations
+
+import sys
+
+import common  # first: it sets the BLAS threads before NumPy loads
+import numpy
+from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, train
+
+NAME = "no_softmax"
+LABELS = {"scaled": "softmax(S)", "raw": "S (no softmax)", "normalised": "S / (sum|S| + 1)"}
+SETTINGS = dict(RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16, 64, 128], seeds=[0, 1, 2])
+QUICK = dict(QUICK_RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16], seeds=[0])
+
+
+def run(s, progress=True) -> dict:
+    jobs = [(kind, d_k, seed) for d_k in s["d_ks"] for kind in s["kinds"] for seed in s["seeds"]]
+    bar = common.progress(len(jobs) * s["steps"], "no softmax", disable=not progress)
+    runs = []
+    for kind, d_k, seed in jobs:
+        bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
+        runs.append(train(kind, d_k, seed, s, bar))
+    bar.close()
+    return {"runs": runs, "summary": aggregate(runs, s["kinds"], s["d_ks"]), "labels": LABELS}
+
+
+def figures(payload) -> dict:
+    s, res = payload["settings"], payload["results"]
+    d_ks, kinds = s["d_ks"], s["kinds"]
+    fig, axes = common.new_figure(len(d_ks) + 1, width=3.4, height=3.2)
+    for i, kind in enumerate(kinds):
+        finals = [[r["final_accuracy"] for r in res["runs"] if r["kind"] == kind and r["d_k"] == d_k]
+                  for d_k in d_ks]
+        axes[0].plot(d_ks, [numpy.mean(f) for f in finals], "o-", color=f"C{i}", label=LABELS[kind])
+        for d_k, f in zip(d_ks, finals):
+            axes[0].plot([d_k] * len(f), f, ".", color=f"C{i}", alpha=0.6)
+        for ax, d_k in zip(axes[1:], d_ks):
+            for r in res["runs"]:
+                if r["kind"] == kind and r["d_k"] == d_k:
+                    ax.plot(r["step"], r["accuracy"], color=f"C{i}", lw=1, alpha=0.8)
+            ax.set(title=f"d_k = {d_k}", xlabel="step", ylim=(0, 1.02))
+    chance = 1.0 / s["num_values"]
+    for ax in axes:
+        ax.axhline(chance, color="grey", lw=0.8, ls=":")
+        ax.grid(alpha=0.3)
+    axes[0].set(xscale="log", xlabel="d_k", ylabel="held-out accuracy", ylim=(0, 1.02),
+                title=f"Final accuracy ({s['steps']} steps)")
+    axes[0].set_xticks(d_ks, [str(d) for d in d_ks])
+    axes[0].legend(fontsize=7)
+    return {"accuracy": fig}
+
+
+if __name__ == "__main__":
+    common.main(sys.modules[__name__])

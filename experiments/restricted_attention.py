@@ -1,0 +1,149 @@
+"""Restricted self-attention, trained: a window of radius r in each of L layers reaches r*L positions, no farther.
+
+The paper's claim (§4, Table 1): restricting self-attention "to considering only a neighborhood of size r in
+the input sequence centered around the respective output position [...] would increase the maximum path
+length to O(n/r)". So with L layers, information travels at most r*L positions: a task whose answer at
+position i sits farther than r*L away cannot be learned, one whose answer is near can.
+
+What this script measures: an encoder-only model (learned positions, L post-LN encoder layers of the core
+with the band mask mt.masks.local_mask(n, r), a linear read-out per position) trained on
+    copy     output i = input i          (distance 0: reachable with any window)
+    reverse  output i = input n-1-i      (distance |n-1-2i|, up to n-1 = 15 at n = 16)
+for windows r and depths L with r*L from 1 to 16; the held-out accuracy, overall and per position, against
+the bound the path length sets: a position is learnable only if its source lies within r*L, and otherwise
+guessed at chance, 1 / (number of symbols).
+
+    python experiments/restricted_attention.py            # about 5 minutes on 2 CPU cores
+    python experiments/restricted_attention.py --quick    # seconds
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import common  # first: it sets the BLAS threads before NumPy loads
+import numpy
+from models import Tagger
+
+import minitransformer as mt
+
+NAME = "restricted_attention"
+SETTINGS = {"n": 16, "symbols": 10, "d_model": 32, "num_heads": 2, "d_ff": 64, "batch": 32, "lr": 3e-3,
+            "steps": 1500, "eval_every": 100, "eval_examples": 500, "tasks": ["reverse", "copy"], "seeds": [0],
+            "configs": [[1, 1], [2, 1], [4, 1], [8, 1], [15, 1], [1, 2], [2, 2], [4, 2], [8, 2],
+                        [2, 3], [3, 3], [5, 3]]}   # [r, L]
+QUICK = dict(SETTINGS, n=8, steps=30, eval_every=10, eval_examples=64, configs=[[1, 1], [2, 2], [7, 1]])
+
+
+def make_batch(rng, task: str, batch: int, n: int, symbols: int):
+    """Random symbols 1..symbols (0 is padding, unused), and the target: the same, or reversed."""
+    x = rng.integers(1, symbols + 1, size=(batch, n))          # (B,n)
+    return x, (x if task == "copy" else x[:, ::-1].copy())
+
+
+def source_distance(task: str, n: int):
+    """How far each output position's answer sits from it.   (n,)"""
+    i = numpy.arange(n)
+    return numpy.zeros(n, dtype=int) if task == "copy" else numpy.abs(n - 1 - 2 * i)
+
+
+def bound(task: str, n: int, reach: int, symbols: int):
+    """Per position: 1 where the source is within reach, chance elsewhere.   (n,)"""
+    return numpy.where(source_distance(task, n) <= reach, 1.0, 1.0 / symbols)
+
+
+def train(task: str, r: int, layers: int, seed: int, s: dict, bar=None) -> dict:
+    n = s["n"]
+    mt.manual_seed(seed)
+    model = Tagger(s["symbols"] + 1, n, s["d_model"], s["num_heads"], s["d_ff"], layers)
+    opt = mt.optim.Adam(model.parameters(), lr=s["lr"])
+    loss_fn = mt.CrossEntropyLoss(ignore_index=0)
+    mask = mt.masks.local_mask(n, r)                            # (1,1,n,n): |i - j| <= r
+    data = numpy.random.default_rng(seed)
+    held_out = make_batch(numpy.random.default_rng(10_000), task, s["eval_examples"], n, s["symbols"])
+    curve = {"step": [], "accuracy": [], "loss": []}
+    per_position = None
+    seconds = 0.0
+    for step in range(1, s["steps"] + 1):
+        x, y = make_batch(data, task, s["batch"], n, s["symbols"])
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model(x, mask), y)
+        model.backward(loss_fn.backward())
+        opt.step()
+        seconds += time.perf_counter() - t0
+        if step % s["eval_every"] == 0 or step == s["steps"]:
+            model.eval()
+            logits = model(held_out[0], mask)                   # (E,n,V)
+            right = logits.argmax(axis=-1) == held_out[1]       # (E,n)
+            per_position = right.mean(axis=0)
+            curve["step"].append(step)
+            curve["accuracy"].append(float(right.mean()))
+            curve["loss"].append(loss_fn(logits, held_out[1]))
+            model.train()
+        if bar is not None:
+            bar.update()
+    b = bound(task, n, r * layers, s["symbols"])
+    return {"task": task, "r": r, "layers": layers, "reach": r * layers, "seed": seed, **curve,
+            "final_accuracy": curve["accuracy"][-1], "per_position": per_position.tolist(),
+            "bound_per_position": b.tolist(), "bound": float(b.mean()), "ms_per_step": 1e3 * seconds / s["steps"]}
+
+
+def run(s, progress=True) -> dict:
+    jobs = [(task, r, layers, seed) for task in s["tasks"] for r, layers in s["configs"] for seed in s["seeds"]]
+    bar = common.progress(len(jobs) * s["steps"], "restricted attention", disable=not progress)
+    runs = []
+    for task, r, layers, seed in jobs:
+        bar.set_postfix_str(f"{task} r={r} L={layers} seed={seed}")
+        runs.append(train(task, r, layers, seed, s, bar))
+    bar.close()
+    n = s["n"]
+    # Reverse needs a reach of n - 1; below it, the measured accuracy should sit on the bound, not above.
+    rev = [x for x in runs if x["task"] == "reverse"]
+    return {"runs": runs, "reach_needed": {"reverse": n - 1, "copy": 0},
+            "largest_excess_over_bound": max((x["final_accuracy"] - x["bound"] for x in runs), default=None),
+            "reverse_short_reach_mean_accuracy": _mean([x["final_accuracy"] for x in rev if x["reach"] < n - 1]),
+            "reverse_full_reach_mean_accuracy": _mean([x["final_accuracy"] for x in rev if x["reach"] >= n - 1]),
+            "copy_mean_accuracy": _mean([x["final_accuracy"] for x in runs if x["task"] == "copy"])}
+
+
+def _mean(values):
+    return float(numpy.mean(values)) if values else None
+
+
+def figures(payload) -> dict:
+    from matplotlib.patches import Rectangle
+
+    s, res = payload["settings"], payload["results"]
+    n, symbols = s["n"], s["symbols"]
+    fig, (ax_a, ax_p) = common.new_figure(2, width=5.2, height=3.8)
+    reaches = numpy.arange(0, n + 1)
+    for i, task in enumerate(s["tasks"]):
+        runs = [x for x in res["runs"] if x["task"] == task]
+        ax_a.plot(reaches, [bound(task, n, q, symbols).mean() for q in reaches], "-", color=f"C{i}", alpha=0.4, drawstyle="steps-post",
+                  label=f"{task}: bound from the path length")
+        for layers, marker in zip(sorted({x["layers"] for x in runs}), "osD^v"):
+            pts = [x for x in runs if x["layers"] == layers]
+            ax_a.plot([x["reach"] for x in pts], [x["final_accuracy"] for x in pts], marker, color=f"C{i}",
+                      ls="none", label=f"{task}, L = {layers}", alpha=0.8)
+    ax_a.axvline(n - 1, color="grey", lw=0.8, ls=":")
+    ax_a.set(xlabel="reach r * L", ylabel="held-out accuracy (per token)", ylim=(0, 1.05),
+             title=f"Accuracy against r*L (n = {n})")
+    ax_a.legend(fontsize=7)
+    rev = sorted((x for x in res["runs"] if x["task"] == "reverse"), key=lambda x: (x["reach"], x["layers"]))
+    grid = numpy.array([x["per_position"] for x in rev])                  # (runs, n)
+    im = ax_p.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    for row, x in enumerate(rev):                                          # outline the reachable positions
+        ok = numpy.flatnonzero(numpy.array(x["bound_per_position"]) == 1.0)
+        if len(ok):
+            ax_p.add_patch(Rectangle((ok[0] - 0.5, row - 0.5), len(ok), 1, fill=False, ec="w", lw=1))
+    ax_p.set_yticks(range(len(rev)), [f"r={x['r']} L={x['layers']} (rL={x['reach']})" for x in rev], fontsize=7)
+    ax_p.set(xlabel="output position i", title="Reverse: accuracy per position (boxes: within reach)")
+    fig.colorbar(im, ax=ax_p, shrink=0.8)
+    ax_a.grid(alpha=0.3)
+    return {"accuracy": fig}
+
+
+if __name__ == "__main__":
+    common.main(sys.modules[__name__])

@@ -1,0 +1,217 @@
+"""The experiments of experiments/: each script runs from one command with --quick and writes a JSON of sane
+figures and its plots; the layers and measurements the experiments add beyond the package are right.
+
+The scripts run as a student runs them (a subprocess, python experiments/NAME.py --quick --out DIR). Their own
+layers (banded and softmax-free attention, the retrieval and tagging models) get the same gradient check as
+the package's layers, and the banded attention must equal the core's attention under the band mask.
+"""
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import layers as L
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import models  # experiments/ is not a package: its scripts import each other by name
+import tracking
+
+BOUND = 1e-6
+
+
+def run_script(name, out):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(EXPERIMENTS / f"{name}.py"), "--quick", "--out", str(out),
+                           "--no-progress"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, f"{name}.py --quick failed:\n{proc.stdout}\n{proc.stderr}"
+    payload = json.loads((out / "results.json").read_text())
+    assert payload["experiment"] == name and payload["quick"] is True
+    assert payload["machine"]["cores"] >= 1 and payload["seconds"] >= 0
+    return payload
+
+
+def pngs(out):
+    files = sorted(p.name for p in out.glob("*.png"))
+    assert files and all((out / f).stat().st_size > 1000 for f in files)
+    return files
+
+
+# --- the scripts, quick -----------------------------------------------------------------------------
+
+def test_table1_quick(tmp_path):
+    p = run_script("table1", tmp_path)
+    s, res = p["settings"], p["results"]
+    assert len(pngs(tmp_path)) == 3
+    kinds = set(res["cost"])
+    assert kinds == {"self_attention", "multi_head", "recurrent", "convolution", "restricted_mask",
+                     "restricted_banded"}
+    for kind in kinds:
+        for n in s["ns"]:
+            c = res["cost"][kind][str(n)]
+            assert 0 < c["best_ms"] <= c["median_ms"] and c["peak_bytes"] > 0 and c["multiply_adds"] > 0
+    seq = res["sequential_operations"]
+    n0, n1 = s["ns"][0], s["ns"][-1]
+    assert seq["recurrent"][str(n1)] * n0 == seq["recurrent"][str(n0)] * n1      # O(n): proportional to n
+    for kind in kinds - {"recurrent"}:
+        assert seq[kind][str(n0)] == seq[kind][str(n1)]                          # O(1): the same at every n
+    path, r = res["path_length_layers"], s["r"]
+    for n in s["path_ns"]:
+        assert path["self_attention"][str(n)] == path["multi_head"][str(n)] == path["recurrent"][str(n)] == 1
+        assert path["convolution"][str(n)] == n - 1                               # k = 3 reaches 1 per layer
+        assert path["restricted_banded"][str(n)] == path["restricted_mask"][str(n)] == math.ceil((n - 1) / r)
+        assert res["recurrent_steps_on_path"][str(n)] == n - 1
+    rnn = [res["gradient_first_to_last"]["recurrent"][str(n)] for n in s["ns"]]
+    assert all(a > b for a, b in itertools.pairwise(rnn))                             # fades with the distance
+    assert res["crossover"]["multiply_adds_self_attention_vs_recurrent_n"] == pytest.approx(s["d"])
+
+
+def check_retrieval_runs(p, kinds_with_probabilities):
+    s, res = p["settings"], p["results"]
+    assert len(res["runs"]) == len(s["kinds"]) * len(s["d_ks"]) * len(s["seeds"])
+    for run in res["runs"]:
+        assert run["step"][0] == 0 and run["step"][-1] == s["steps"]
+        assert len(run["step"]) == len(run["accuracy"]) == len(run["loss"]) == len(run["max_weight"]) \
+            == len(run["score_grad"])
+        assert all(0 <= a <= 1 for a in run["accuracy"])
+        assert all(np.isfinite(run["loss"])) and all(g > 0 and np.isfinite(g) for g in run["score_grad"])
+        if run["kind"] in kinds_with_probabilities:
+            assert all(0 < w <= 1 + 1e-6 for w in run["max_weight"])
+        assert run["ms_per_step"] > 0
+    for kind in s["kinds"]:
+        for d_k in s["d_ks"]:
+            g = res["summary"][f"{kind}/{d_k}"]
+            assert g["seeds"] == len(s["seeds"]) and 0 <= g["final_accuracy"]["mean"] <= 1
+    return s, res
+
+
+def test_attention_variants_quick(tmp_path):
+    p = run_script("attention_variants", tmp_path)
+    s, res = check_retrieval_runs(p, {"dot", "scaled", "additive"})
+    assert len(pngs(tmp_path)) == 2
+    big = max(s["d_ks"])
+    # At initialisation, before any training: without the scale the softmax is closer to one-hot and the
+    # gradient at its input smaller (the paper's argument for 1/sqrt(d_k)).
+    dot, scaled = res["summary"][f"dot/{big}"], res["summary"][f"scaled/{big}"]
+    assert dot["max_weight_at_init"] > scaled["max_weight_at_init"]
+    assert dot["score_grad_at_init"] < scaled["score_grad_at_init"]
+
+
+def test_no_softmax_quick(tmp_path):
+    p = run_script("no_softmax", tmp_path)
+    s, _ = check_retrieval_runs(p, {"scaled", "normalised"})
+    assert set(s["kinds"]) == {"scaled", "raw", "normalised"}
+    assert len(pngs(tmp_path)) == 1
+
+
+def test_restricted_attention_quick(tmp_path):
+    p = run_script("restricted_attention", tmp_path)
+    s, res = p["settings"], p["results"]
+    assert len(pngs(tmp_path)) == 1
+    assert len(res["runs"]) == len(s["tasks"]) * len(s["configs"]) * len(s["seeds"])
+    n = s["n"]
+    for run in res["runs"]:
+        assert run["reach"] == run["r"] * run["layers"]
+        assert len(run["per_position"]) == n and 0 <= run["final_accuracy"] <= 1
+        reach_ok = [abs(n - 1 - 2 * i) <= run["reach"] if run["task"] == "reverse" else True for i in range(n)]
+        assert [b == 1.0 for b in run["bound_per_position"]] == reach_ok
+    assert res["reach_needed"] == {"reverse": n - 1, "copy": 0}
+
+
+# --- the layers the experiments add ---------------------------------------------------------------
+
+def gradcheck(module, *inputs):
+    report = mt.gradcheck.check(module, *inputs)
+    report.assert_ok(BOUND)
+    assert {name for name, _ in module.named_parameters()} <= {r.name for r in report.rows}
+
+
+@pytest.mark.parametrize("r", [0, 1, 3, 8])          # 8 > T: the band is the whole sequence
+def test_banded_attention_equals_the_band_mask(float64, rng, r):
+    q, k, v = (rng.standard_normal((3, 2, 7, d)) for d in (4, 4, 5))
+    banded = models.BandedAttention(r)
+    out = banded(q, k, v)
+    dense = L.ScaledDotProductAttention()
+    expected = dense(q, k, v, mt.masks.local_mask(7, r))
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-12)
+    dout = rng.standard_normal(out.shape)
+    for ours, theirs in zip(banded.backward(dout), dense.backward(dout)):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("r", [1, 2])
+def test_banded_attention_gradcheck(float64, rng, r):
+    q, k, v = (rng.standard_normal((3, 2, 7, d)) for d in (4, 4, 5))
+    gradcheck(models.BandedAttention(r), q, k, v)
+
+
+@pytest.mark.parametrize("normalise", [False, True])
+def test_no_softmax_attention_gradcheck_with_padding(float64, rng, normalise):
+    q, k, v = rng.standard_normal((3, 2, 5, 4)), rng.standard_normal((3, 2, 7, 4)), rng.standard_normal((3, 2, 7, 6))
+    ids = rng.integers(3, 9, size=(3, 7))
+    ids[1, 4:] = 0
+    gradcheck(models.NoSoftmaxAttention(normalise), q, k, v, mt.masks.padding_mask(ids, 0))
+
+
+def test_no_softmax_weights(float64, rng):
+    q, k, v = (rng.standard_normal((2, 1, 5, 4)) for _ in range(3))
+    s = q @ k.swapaxes(-1, -2) / 2.0
+    raw, norm = models.NoSoftmaxAttention(False), models.NoSoftmaxAttention(True)
+    np.testing.assert_allclose(raw(q, k, v), s @ v, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(norm(q, k, v), s / (np.abs(s).sum(-1, keepdims=True) + 1) @ v, rtol=0, atol=1e-12)
+    assert np.all(np.abs(norm.attn).sum(-1) < 1)
+
+
+@pytest.mark.parametrize("kind", ["dot", "scaled", "additive", "raw", "normalised"])
+def test_retrieval_model_gradcheck(float64, rng, kind):
+    model = models.Retrieval(num_keys=11, num_values=5, d_model=6, d_k=3, kind=kind)
+    keys, values, queries, _ = models.retrieval_batch(rng, 3, 4, 2, 11, 5)
+    gradcheck(model, keys, values, queries)
+
+
+def test_retrieval_batch_asks_for_keys_it_holds(rng):
+    keys, values, queries, targets = models.retrieval_batch(rng, 50, 6, 3, 20, 4)
+    for b in range(50):
+        assert len(set(keys[b])) == 6                                           # distinct keys
+        for q, t in zip(queries[b], targets[b]):
+            assert t == values[b][list(keys[b]).index(q)]
+
+
+def test_tagger_and_self_attention_wrappers_gradcheck(float64, rng):
+    gradcheck(models.Tagger(vocab=7, max_len=9, d_model=6, num_heads=2, d_ff=5, num_layers=2),
+              rng.integers(1, 7, size=(3, 9)), mt.masks.local_mask(9, 2))
+    x = rng.standard_normal((3, 7, 6))
+    gradcheck(models.SelfAttention(models.BandedAttention(2)), x)
+    gradcheck(models.MultiHeadSelfAttention(6, 2), x, mt.masks.local_mask(7, 1))
+
+
+def test_sequential_operations_count(rng):
+    """The RNN's chain grows by the same number of operations per position; attention's does not grow."""
+    depth = {n: tracking.sequential_operations(L.RNN(4), rng.standard_normal((1, n, 4))) for n in (1, 2, 9)}
+    assert depth[9] - depth[1] == 8 * (depth[2] - depth[1]) > 0
+    sdpa = [tracking.sequential_operations(models.SelfAttention(L.ScaledDotProductAttention()),
+                                           rng.standard_normal((1, n, 4))) for n in (2, 9)]
+    assert sdpa[0] == sdpa[1] > 0
+    assert mt.get_backend() == "numpy"                                          # the tracking namespace is gone
+
+
+def test_tracked_depth_follows_the_longest_chain():
+    x = tracking.track(np.ones(3))
+    a = x + 1                     # 1
+    b = np.tanh(a) * 2            # 3
+    c = a + b                     # max(1, 3) + 1
+    assert (a.depth, b.depth, c.depth) == (1, 3, 4)
+    h = tracking.track(np.zeros((2, 3)))
+    h[0] = c                      # a write makes the array as deep as what was written
+    assert h[1].depth == 4
