@@ -53,15 +53,17 @@ def _import_cupy():
         import cupy  # imported only on request
     except ImportError as err:
         raise ImportError(
-            "set_backend('cupy') needs CuPy, which is not installed. Install the build that matches "
-            "your CUDA toolkit, for CUDA 12: pip install 'minitransformer[gpu]' (that is cupy-cuda12x)."
+            "set_backend('cupy') needs CuPy, which is not installed. Install the build that matches your NVIDIA "
+            "driver: pip install 'minitransformer[gpu]' (that is cupy-cuda13x, for CUDA 13 drivers), or "
+            "pip install cupy-cuda12x for older (CUDA 12) drivers."
         ) from err
     try:
         devices = cupy.cuda.runtime.getDeviceCount()
     except cupy.cuda.runtime.CUDARuntimeError as err:
         raise RuntimeError(
             f"set_backend('cupy'): CuPy {cupy.__version__} is installed but cannot use a GPU: {err}. It needs an "
-            "NVIDIA GPU and a driver recent enough for the CUDA version of its build (cupy-cuda12x: CUDA 12). "
+            "NVIDIA GPU and a driver recent enough for the CUDA version of its build (cupy-cuda13x: CUDA 13; "
+            "with a CUDA 12 driver, install cupy-cuda12x instead). "
             "Stay on set_backend('numpy') on this machine."
         ) from err
     if devices < 1:

@@ -13,14 +13,18 @@ Two tokenisers share one vocabulary class and the four special tokens every mode
   with one vocabulary shared by source and target. It starts from single characters and learns, one merge at
   a time, to glue the most frequent adjacent pair of symbols into a new symbol.
 
-Both turn a text into "pieces" the same way: split at whitespace into words, then split each word into runs
-of letters/digits and single punctuation marks ("dog." -> "dog", "."). BPE marks the last piece of a
+Both turn a text into "pieces" the same way (``pieces``, the one preparation of text for a model: training
+text and a sentence to translate alike): lowercase it when the tokeniser lowercases, split at whitespace
+into words, then split each word into runs of letters/digits and single punctuation marks ("dog." -> "dog",
+"."), which is how the toy corpus is written. BPE marks the last piece of a
 whitespace word with ``</w>``, the end-of-word marker, so decoding knows where the spaces were:
 
     "the dog."  ->  the</w> | dog | .</w>        (BPE merges never cross a piece boundary)
 
 A character BPE never saw becomes ``<unk>``, or ``<unk></w>`` when it ends a word, so its space survives:
-"the dog€ runs" -> ... g <unk></w> r ... -> "the dog<unk> runs".
+"the dog€ runs" -> ... g <unk></w> r ... -> "the dog<unk> runs". ``unknown_words(text)`` names the words
+that hold an ``<unk>``, and ``token_labels(ids)`` gives tokens as people write them (BPE: "orange@@ farbenen",
+never the internal ``</w>``), for plots.
 
 Vocabularies travel with checkpoints as JSON: ``to_dict`` / ``from_dict``, ``to_json`` / ``from_json``,
 ``save(path)`` / ``load_tokenizer(path)``; ``tokenizer_from_dict`` / ``tokenizer_from_json`` pick the class.
@@ -60,6 +64,25 @@ def _check_texts(texts, where: str) -> list:
         if not isinstance(text, str):
             raise TypeError(f"{where}: texts[{i}] must be a str, got {type(text).__name__}")
     return texts
+
+
+def readable_tokens(tokens) -> list[str]:
+    """Tokens as people write them, for labels: a BPE sequence (one that holds a ``</w>`` token) loses its
+    end-of-word markers, and each piece that does not end a word gets ``@@``, the subword-nmt way
+    ("orange@@ farbenen"); special tokens stay as they are. Any other list comes back unchanged.
+
+    ["a</w>", "orange", "farbenen</w>"] -> ["a", "orange@@", "farbenen"]
+    """
+    tokens = [str(t) for t in tokens]
+    if not any(t.endswith(END_OF_WORD) for t in tokens):
+        return tokens
+    return [_readable_piece(t) for t in tokens]
+
+
+def _readable_piece(token: str) -> str:
+    if token.endswith(END_OF_WORD):
+        return token[: -len(END_OF_WORD)]
+    return token if token in SPECIAL_TOKENS else token + "@@"
 
 
 def split_pieces(text: str) -> list[tuple[str, bool]]:
@@ -119,6 +142,12 @@ class Vocab:
     def __getitem__(self, token: str) -> int:
         return self.stoi.get(token, UNK)
 
+    def is_lowercase(self) -> bool:
+        """True when its tokens hold letters and none of them is a capital: text in any other case can
+        only read as <unk> with such a vocabulary."""
+        letters = "".join(t for t in self.itos[len(SPECIAL_TOKENS):])
+        return letters.lower() == letters and letters.upper() != letters
+
     def lookup_token(self, idx: int) -> str:
         return self.itos[idx]
 
@@ -153,6 +182,29 @@ class _Tokenizer:
 
     def __len__(self) -> int:
         return len(self.vocab)
+
+    lowercase: bool
+
+    def pieces(self, text: str) -> list[tuple[str, bool]]:
+        """How this tokeniser prepares a text, for training and for translating alike: lowercased if it
+        lowercases, then ``split_pieces``. -> [(piece, ends_word)]"""
+        return split_pieces(text.lower() if self.lowercase else text)
+
+    def unknown_words(self, text: str) -> list[str]:
+        """The pieces of text (as ``pieces`` prepares them) that read as <unk>, each once, in order."""
+        _check_text(text, f"{type(self).__name__}.unknown_words")
+        return list(dict.fromkeys(piece for piece, ends in self.pieces(text) if self._unknown(piece, ends)))
+
+    def token_labels(self, ids) -> list[str]:
+        """The tokens of ids, specials included, as people write them: plot labels. A word is itself; a BPE
+        piece loses its ``</w>``, and a piece inside a word gets ``@@`` ("orange@@ farbenen")."""
+        return [self._label(t) for t in self._ids_to_tokens(ids, False, f"{type(self).__name__}.token_labels")]
+
+    def _label(self, token: str) -> str:
+        return token
+
+    def _unknown(self, piece: str, ends_word: bool) -> bool:  # pragma: no cover - each tokeniser defines it
+        raise NotImplementedError
 
     def _ids_to_tokens(self, ids, skip_special: bool, where: str) -> list[str]:
         """Tokens for ids: stops at the first <eos>, drops <pad> and <bos> (when skip_special)."""
@@ -209,7 +261,10 @@ class WordTokenizer(_Tokenizer):
 
     def tokenize(self, text: str) -> list[str]:
         text = _check_text(text, "WordTokenizer.tokenize")
-        return [piece for piece, _ in split_pieces(text.lower() if self.lowercase else text)]
+        return [piece for piece, _ in self.pieces(text)]
+
+    def _unknown(self, piece: str, ends_word: bool) -> bool:
+        return piece not in self.vocab
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         _check_text(text, "WordTokenizer.encode")
@@ -278,7 +333,8 @@ class BPETokenizer(_Tokenizer):
             raise ValueError(f"BPETokenizer.learn: min_frequency must be an int >= 1, got {min_frequency!r}")
 
         # Distinct pieces and their counts; each piece as a list of symbols.
-        piece_counts = Counter(p for text in texts for p in split_pieces(text.lower() if lowercase else text))
+        reader = cls(lowercase=lowercase)                 # prepares the text as encode will
+        piece_counts = Counter(p for text in texts for p in reader.pieces(text))
         words = [_initial_symbols(piece, ends_word) for piece, ends_word in piece_counts]
         freqs = list(piece_counts.values())
 
@@ -346,17 +402,28 @@ class BPETokenizer(_Tokenizer):
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         _check_text(text, "BPETokenizer.encode")
         ids = [BOS] if add_bos else []
-        for piece in split_pieces(text.lower() if self.lowercase else text):
-            cached = self._cache.get(piece)
-            if cached is None:
-                symbols = self._apply_merges(_initial_symbols(*piece))
-                cached = tuple(self._symbol_id(s) for s in symbols)
-                if len(self._cache) < 200_000:
-                    self._cache[piece] = cached
-            ids.extend(cached)
+        for piece in self.pieces(text):
+            ids.extend(self._piece_ids(piece))
         if add_eos:
             ids.append(EOS)
         return ids
+
+    def _piece_ids(self, piece: tuple[str, bool]) -> tuple[int, ...]:
+        cached = self._cache.get(piece)
+        if cached is None:
+            symbols = self._apply_merges(_initial_symbols(*piece))
+            cached = tuple(self._symbol_id(s) for s in symbols)
+            if len(self._cache) < 200_000:
+                self._cache[piece] = cached
+        return cached
+
+    def _label(self, token: str) -> str:
+        return _readable_piece(token)
+
+    def _unknown(self, piece: str, ends_word: bool) -> bool:
+        """A piece with a character the vocabulary never saw (it reads as <unk> or <unk></w>)."""
+        unk = (UNK, self.vocab[UNK_END_OF_WORD])
+        return any(i in unk for i in self._piece_ids((piece, ends_word)))
 
     def _symbol_id(self, symbol: str) -> int:
         """The id of a symbol; an unseen character is <unk>, or <unk></w> when it ends a word (in a vocabulary

@@ -138,6 +138,8 @@ class Trainer:
                  where the run stops, never what it computes
     eval_every   evaluate every so many steps (validation loss and metric); None: only at the end
     metric_fn    metric_fn(model) -> float, e.g. exact match or BLEU, computed in eval mode
+    metric_name, metric_format   how the progress lines and ``stop_description`` name and write the metric:
+                 e.g. "valid BLEU" and ``"{:.2f}".format`` (default "metric", 4 decimals)
     target       stop as soon as metric_fn reaches this value (needs metric_fn and eval_every)
     checkpoint_dir, save_every, keep   write checkpoint-<step>.npz every save_every steps and at the end,
                  keep the last ``keep``, and checkpoint.npz = the latest (None: no checkpoints). A folder that
@@ -148,7 +150,8 @@ class Trainer:
     progress     show a tqdm progress bar with loss, tokens/s and lr
     config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
 
-    After ``fit``: ``history`` is a list of (step, loss, lr, tokens_per_second), one per optimiser step,
+    After ``fit``: ``stop_reason`` says why it stopped ("target", "max_steps", "max_epochs", "max_seconds"),
+    ``stop_description()`` the same in words; ``history`` is a list of (step, loss, lr, tokens_per_second), one per optimiser step,
     and ``valid_history`` a list of (step, valid_loss, metric) (NaN where not computed). Tokens per second
     counts the real (non-pad) source and target tokens of a step over its wall-clock time.
     """
@@ -158,7 +161,8 @@ class Trainer:
                  max_seconds: float | None = None, eval_every: int | None = None, metric_fn=None,
                  target: float | None = None, checkpoint_dir=None, save_every: int | None = None, keep: int = 5,
                  on_nonfinite: str = "stop", progress: bool = True, config: dict | None = None,
-                 tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100):
+                 tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100,
+                 metric_name: str = "metric", metric_format=None):
         for name, value in (("max_steps", max_steps), ("max_epochs", max_epochs), ("eval_every", eval_every),
                             ("save_every", save_every)):
             if value is not None:
@@ -180,6 +184,10 @@ class Trainer:
         if target is not None and eval_every is None:
             raise ValueError("Trainer: target needs eval_every: the metric is compared with it at each evaluation "
                              "(without eval_every there is only the final one, after the last step)")
+        if not isinstance(metric_name, str) or not metric_name:
+            raise TypeError(f"Trainer: metric_name must be a non-empty str, got {metric_name!r:.60}")
+        if metric_format is not None and not callable(metric_format):
+            raise TypeError(f"Trainer: metric_format must be callable(float) -> str, got {type(metric_format).__name__}")
         if metric_fn is not None and not callable(metric_fn):
             raise TypeError(f"Trainer: metric_fn must be callable(model) -> float, got {type(metric_fn).__name__}")
         if save_every is not None and checkpoint_dir is None:
@@ -192,6 +200,7 @@ class Trainer:
         self.clip_norm = clip_norm
         self.max_steps, self.max_epochs, self.max_seconds = _int(max_steps), _int(max_epochs), max_seconds
         self.eval_every, self.metric_fn, self.target = _int(eval_every), metric_fn, target
+        self.metric_name, self.metric_format = metric_name, metric_format or "{:.4f}".format
         self.save_every, self.on_nonfinite, self.max_skips = _int(save_every), on_nonfinite, int(max_skips)
         self.progress = progress
         self.config, self.tokenizers, self.extra = config, dict(tokenizers or {}), dict(extra or {})
@@ -362,8 +371,25 @@ class Trainer:
         if math.isfinite(valid_loss):
             parts.append(f"valid loss {valid_loss:.4f}")
         if math.isfinite(metric):
-            parts.append(f"metric {metric:.4f}")
+            parts.append(f"{self.metric_name} {self.metric_format(metric)}")
         return "  ".join(parts)
+
+    def stop_description(self) -> str:
+        """Why the run stopped, in words: "target reached at step 1000 (valid BLEU 99.20 >= 99.00)",
+        "step limit reached (3000 steps)", "time limit reached (85 min)", "20 epochs done"."""
+        reason = self.stop_reason
+        if reason == "target":
+            metric = self.valid_history[-1][2] if self.valid_history else float("nan")
+            return (f"target reached at step {self.step} ({self.metric_name} {self.metric_format(metric)} >= "
+                    f"{self.metric_format(self.target)})")
+        if reason == "max_steps":
+            return f"step limit reached ({self.max_steps} steps)"
+        if reason == "max_epochs":
+            return f"{self.max_epochs} epoch{'s' if self.max_epochs != 1 else ''} done (the epoch limit)"
+        if reason == "max_seconds":
+            minutes = self.max_seconds / 60
+            return f"time limit reached ({minutes:g} min) at step {self.step}"
+        return "not stopped yet" if reason is None else str(reason)
 
     def summary(self) -> dict:
         """What the run did: steps, epochs, final loss (mean of the last 50 steps), times, stop reason."""

@@ -11,7 +11,9 @@ pyplot's global state and no GUI is needed:
 
 Inputs are NumPy arrays, Python lists, or arrays of the active backend (CuPy arrays are copied to the
 host with ``backend.to_numpy``). Images use viridis, a perceptually uniform colour map; attention
-weights always use the fixed scale 0..1 so panels can be compared by colour.
+weights always use the fixed scale 0..1 so panels can be compared by colour. Token labels are shown as
+words: BPE symbols lose the tokeniser's internal ``</w>`` and a piece inside a word reads "orange@@"
+(``tokenizers.readable_tokens``). Log axes carry plain numbers (0.5, 2, 6), never "6 x 10^0".
 Shape letters: Tq query positions, Tk key positions, H heads, L layers, T positions, D d_model.
 """
 
@@ -28,9 +30,10 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from . import backend
+from .tokenizers import readable_tokens
 
 CMAP = "viridis"
 MAX_LABELS = 40            # a heatmap shows token labels up to this many positions, then plain indices
@@ -92,7 +95,7 @@ def _labels(labels, n: int, name: str, where: str, positions: str):
     if isinstance(labels, str):
         raise TypeError(f"{where}: {name} must be a sequence of strings, one per {positions}, got the single "
                         f"string {labels!r}; split it first, e.g. {labels!r}.split()")
-    labels = [str(label) for label in labels]
+    labels = readable_tokens(labels)
     if len(labels) != n:
         raise ValueError(f"{where}: {name} must have one label per {positions} ({n}), got {len(labels)}")
     return labels
@@ -127,6 +130,19 @@ def _axis_name(base: str, labels, n: int, max_labels: int) -> str:
     return base
 
 
+class _PlainLogFormatter(LogFormatter):
+    """Log-axis tick labels as plain numbers ("0.5", "2", "6"), chosen as matplotlib chooses them (decades,
+    and minor ticks where the axis spans little), instead of its default mathtext "6 x 10^0"."""
+
+    def _num_to_string(self, x, vmin, vmax):
+        return f"{x:g}"
+
+
+def _plain_log_ticks(axis) -> None:
+    axis.set_major_formatter(_PlainLogFormatter())
+    axis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def _cell_grid(ax, n_rows: int, n_cols: int, color: str = "white") -> None:
     """Thin lines between the cells of an image, so positions can be counted (small images only)."""
     if max(n_rows, n_cols) > MAX_LABELS:
@@ -139,14 +155,20 @@ def _cell_grid(ax, n_rows: int, n_cols: int, color: str = "white") -> None:
 
 # ----------------------------------------------------------------------------- attention
 
+KEY_NAME, QUERY_NAME = "key (attended to)", "query (attending)"
+
+
 def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None, *,
-                      colorbar: bool = True, annotate: bool | None = None) -> Figure:
+                      colorbar: bool = True, annotate: bool | None = None, x_name: str = KEY_NAME,
+                      y_name: str = QUERY_NAME) -> Figure:
     """One attention map: row q holds the weights query q gives to every key.
 
     weights   (Tq, Tk) attention weights in [0, 1] (each row sums to 1), e.g. ``mha.attn[b, h]``.
     x_labels  Tk key tokens (columns), y_labels Tq query tokens (rows); hidden beyond 40 tokens.
     ax        draw into this Axes (of any figure) instead of a new figure.
     annotate  write each weight in its cell; default: when both sides have at most 10 tokens.
+    x_name, y_name  the axis titles: say what a row is, e.g. "query: the decoder's input at that position"
+              (a decoder row t reads token t and produces token t + 1: label it by one and say which).
     Returns the Figure that holds the map.
     """
     where = "attention_heatmap"
@@ -167,8 +189,8 @@ def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None
     im = ax.imshow(w, cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto" if max(Tq, Tk) > MAX_LABELS else "equal")
     _set_ticks(ax, "x", x_labels, Tk, MAX_LABELS, fontsize)
     _set_ticks(ax, "y", y_labels, Tq, MAX_LABELS, fontsize)
-    ax.set_xlabel(_axis_name("key (attended to)", x_labels, Tk, MAX_LABELS))
-    ax.set_ylabel(_axis_name("query (attending)", y_labels, Tq, MAX_LABELS))
+    ax.set_xlabel(_axis_name(x_name, x_labels, Tk, MAX_LABELS))
+    ax.set_ylabel(_axis_name(y_name, y_labels, Tq, MAX_LABELS))
     ax.set_title(title if title is not None else "Attention weights")
     if annotate is None:
         annotate = max(Tq, Tk) <= 10
@@ -206,7 +228,8 @@ def _attention_layers(attn, where: str) -> tuple[list[numpy.ndarray], bool]:
                      f"got an array of shape {a.shape}{hint}")
 
 
-def attention_grid(attn, x_labels=None, y_labels=None, title=None) -> Figure:
+def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: str = KEY_NAME,
+                   y_name: str = QUERY_NAME) -> Figure:
     """Attention maps of every head, and of every layer when given several: one panel each.
 
     attn      (H, Tq, Tk) for one layer: one panel per head, four panels to a row;
@@ -214,6 +237,7 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None) -> Figure:
               For a layer's ``.attn`` of shape (B, H, Tq, Tk), pass one sentence: ``attn[b]``.
     x_labels  Tk key tokens, y_labels Tq query tokens; drawn on the outer panels only, and
               replaced by position numbers beyond 24 tokens.
+    x_name, y_name  the axis titles (see ``attention_heatmap``).
     Layers and heads are numbered from 0, as the array indices. One colour bar, fixed scale 0..1.
     """
     where = "attention_grid"
@@ -252,8 +276,8 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None) -> Figure:
     if title is None:
         title = "Attention weights per head" if single else "Attention weights per layer and head"
     fig.suptitle(title)
-    fig.supxlabel(_axis_name("key (attended to)", x_labels, Tk, MAX_GRID_LABELS), fontsize=10)
-    fig.supylabel(_axis_name("query (attending)", y_labels, Tq, MAX_GRID_LABELS), fontsize=10)
+    fig.supxlabel(_axis_name(x_name, x_labels, Tk, MAX_GRID_LABELS), fontsize=10)
+    fig.supylabel(_axis_name(y_name, y_labels, Tq, MAX_GRID_LABELS), fontsize=10)
     return fig
 
 
@@ -464,6 +488,7 @@ def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
             label=f"peak {values[peak]:.3g} at step {steps[peak]:g}")
     if logy:
         ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("step")
     ax.set_ylabel("learning rate")
     ax.set_title(title if title is not None else "Learning-rate schedule")
@@ -472,26 +497,31 @@ def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
     return fig
 
 
-def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = False) -> Figure:
-    """Training loss per step, and the validation loss at its evaluation points.
+def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = False, metric=None,
+                metric_name: str = "validation metric") -> Figure:
+    """Training loss per step, and the validation loss at its evaluation points; optionally, in a second
+    panel beside it on the same steps, a validation score such as BLEU.
 
     train  list of losses (steps 1..n), dict {step: loss}, or a pair (steps, losses).
            With 100 points or more, a running mean is drawn over the noisy raw curve.
     valid  optional: a pair (steps, losses) or dict {step: loss} at the evaluation points
            (a plain list counts as steps 1..n, e.g. one value per epoch with xlabel="epoch").
-    logy   logarithmic loss axis.
+    logy   logarithmic loss axis, with plain tick labels.
+    metric optional: the score at the evaluation points, in the same forms as valid; metric_name is its
+           axis title (e.g. "valid BLEU", "valid exact match (%)").
     """
     where = "loss_curves"
     steps, values = _series(train, "train", where)                        # (n,), (n,)
     curves = [("train", steps, values)]
     if valid is not None:
         curves.append(("valid", *_series(valid, "valid", where)))
+    scores = None if metric is None else _series(metric, "metric", where)  # (m,), (m,)
     if logy:
         for name, _, v in curves:
             if (v <= 0).any():
                 raise ValueError(f"{where}: logy=True needs positive losses, {name} has min {v.min():g}")
-    fig = _new_figure(7.0, 3.8)
-    ax = fig.add_subplot()
+    fig = _new_figure(7.0 if scores is None else 11.0, 3.8)
+    ax = fig.add_subplot(1, 1 if scores is None else 2, 1)
     color_train, color_valid = matplotlib.colormaps[CMAP](0.3), matplotlib.colormaps[CMAP](0.75)
     n = len(values)
     if n >= 100:
@@ -506,11 +536,22 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
         ax.plot(valid_steps, valid_values, "o-", color=color_valid, linewidth=2, markersize=5, label="valid")
     if logy:
         ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("loss")
     ax.set_title(title if title is not None else "Loss")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9)
+    if scores is not None:
+        score_ax = fig.add_subplot(1, 2, 2, sharex=ax)
+        score_ax.plot(*scores, "o-", color=matplotlib.colormaps[CMAP](0.55), linewidth=2, markersize=5)
+        score_ax.annotate(f"{scores[1][-1]:.4g}", (scores[0][-1], scores[1][-1]), textcoords="offset points",
+                          xytext=(0, 6), ha="center", fontsize=9)            # the last value, where the run ended
+        score_ax.set_xlabel(xlabel)
+        score_ax.set_ylabel(metric_name)
+        score_ax.set_title(f"{metric_name} at each evaluation")
+        score_ax.margins(y=0.15)                       # room above the last value's label
+        score_ax.grid(alpha=0.3)
     return fig
 
 

@@ -50,6 +50,79 @@ def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
             assert f.read(8) == PNG
     printed = capsys.readouterr().out
     assert "exact match on 20 held-out sequences" in printed
+    assert "stopped: step limit reached (12 steps)" in printed and metrics["stopped"] == "step limit reached (12 steps)"
+    # the last lines name every file of the run, by its path
+    listed = printed.split("files written:\n")[1].splitlines()
+    assert [line.split()[0] for line in listed] == [os.path.join(out, name) for name in (
+        "metrics.json", "checkpoint.npz", "checkpoint-12.npz", "loss.png", "attention.png")]
+
+
+def test_train_output_names_the_metric_and_why_it_stopped(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    # with the progress bar (no --no-progress): an evaluation line every 3 steps
+    assert main(["train", "--task", "copy", "--steps", "20", "--eval-every", "3", "--target", "0", "--heldout", "10",
+                 "--no-plots", "--out", out, *[a for a in SMALL if a != "--no-progress"]]) == 0
+    printed = capsys.readouterr().out
+    (line,) = [line for line in printed.splitlines() if line.startswith("step 3 ")]
+    assert "valid loss" in line and "valid exact match" in line and line.endswith("%") and "metric" not in line
+    assert "stopped: target reached at step 3 (valid exact match" in printed and ">= 0.0%)" in printed
+
+
+def test_train_chooses_the_blas_threads_and_the_environment_wins(tmp_path):
+    """A model this small trains on one BLAS thread, chosen by the program; OPENBLAS_NUM_THREADS still decides
+    when the user sets it. (OpenBLAS reads its variables when it starts: a fresh process each.)"""
+    from minitransformer.fast import threads
+
+    if threads.blas_threads() is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS this process can reach")
+    env = {k: v for k, v in os.environ.items() if k not in threads.BLAS_ENV_VARS}
+    env["PYTHONPATH"] = REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    seen = {}
+    for name, extra in (("chosen", {}), ("user", {"OPENBLAS_NUM_THREADS": "2"})):
+        out = str(tmp_path / name)
+        proc = subprocess.run([sys.executable, "-m", "minitransformer", "train", "--task", "copy", "--steps", "2",
+                               "--heldout", "5", "--no-plots", "--out", out, *SMALL], env={**env, **extra},
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        metrics = json.loads(Path(out, "metrics.json").read_text())
+        seen[name] = (metrics["blas_threads"], metrics["blas_threads_set_by"])
+        assert f"BLAS threads: {seen[name][0]}, " in proc.stdout
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # OpenBLAS takes at most one thread per core
+    assert seen == {"chosen": (1, "minitransformer"), "user": (min(2, cores), "OPENBLAS_NUM_THREADS")}
+
+
+def test_a_command_leaves_the_callers_blas_threads_as_they_were(tmp_path, monkeypatch):
+    from minitransformer.fast import threads
+
+    if threads.blas_threads() is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS this process can reach")
+    for var in threads.BLAS_ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    before = threads.blas_threads()
+    try:
+        threads.set_blas_threads(2)
+        chosen = []
+        real_fit = mt.train.Trainer.fit
+        monkeypatch.setattr(mt.train.Trainer, "fit", lambda self: chosen.append(threads.blas_threads()) or real_fit(self))
+        assert main(["train", "--task", "copy", "--steps", "1", "--heldout", "5", "--no-plots", "--out",
+                     str(tmp_path / "copy"), *SMALL]) == 0
+        assert chosen == [1] and threads.blas_threads() == 2
+    finally:
+        threads.set_blas_threads(before)
+
+
+def test_blas_threads_fall_back_silently_without_openblas(monkeypatch):
+    from minitransformer.fast import threads
+
+    monkeypatch.setattr(threads, "_blas", threads._Blas())                   # forget the library found
+    monkeypatch.setattr(threads, "_openblas_paths", list)                     # macOS/Accelerate, MKL: none
+    for var in threads.BLAS_ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert threads.blas_threads() is None and threads.set_blas_threads(1) is False
+    assert threads.use_blas_threads(1) == (None, "unknown")
+    with pytest.raises(ValueError, match="set_blas_threads: n must be a positive int"):
+        threads.set_blas_threads(0)
 
 
 @pytest.mark.parametrize("reference", [False, True])

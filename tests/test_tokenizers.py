@@ -15,6 +15,7 @@ from minitransformer.tokenizers import (
     Vocab,
     WordTokenizer,
     load_tokenizer,
+    readable_tokens,
     split_pieces,
     tokenizer_from_dict,
 )
@@ -273,3 +274,57 @@ def test_vocab():
     v = Vocab(["x", "y", "x"])
     assert len(v) == 6 and v["y"] == 5 and v["zzz"] == UNK and v.lookup_token(4) == "x"
     assert "x" in v and "zzz" not in v
+
+
+# ----------------------------------------------------------------------------- preparing input, naming it
+
+def test_pieces_is_how_both_tokenisers_prepare_text_for_training_and_for_translating():
+    # The toy corpus writes "the ball ." : a sentence typed as "The ball." must read the same way.
+    word = WordTokenizer.build(["the dog sees the ball ."], lowercase=True)
+    assert word.pieces("The ball.") == [("the", True), ("ball", False), (".", True)]
+    assert word.encode("The ball.") == word.encode("the ball .")
+    bpe = BPETokenizer.learn(TEXTS, num_merges=40, lowercase=True)
+    assert bpe.pieces("A girl.") == split_pieces("a girl.")
+    assert bpe.encode("A girl.") == bpe.encode("a girl.")
+    cased = WordTokenizer.build(["The dog ."])
+    assert cased.pieces("The dog.") == split_pieces("The dog.")          # no lowercasing asked, none done
+
+
+def test_unknown_words_names_each_unknown_word_once():
+    word = WordTokenizer.build(["the dog sees the cat ."], lowercase=True)
+    assert word.unknown_words("The computer eats the sandwich, the computer.") == ["computer", "eats", "sandwich",
+                                                                                   ","]
+    assert word.unknown_words("the dog sees the cat .") == []
+    bpe = BPETokenizer.learn(["the dog runs", "a cat sleeps"], num_merges=5)
+    # BPE knows every word of known characters; a word with a character it never saw is the unknown one
+    assert bpe.unknown_words("the dogs run") == []
+    assert bpe.unknown_words("the dög runs €5 x") == ["dög", "€", "5", "x"]
+    with pytest.raises(TypeError, match="unknown_words: text must be a str"):
+        word.unknown_words(3)
+
+
+def test_vocab_is_lowercase():
+    assert Vocab(["the", "dog", ".", "über"]).is_lowercase()
+    assert not Vocab(["the", "Dog"]).is_lowercase()
+    assert not Vocab([".", ",", "3"]).is_lowercase()                    # no letters: nothing to say about case
+    assert not Vocab().is_lowercase()
+
+
+def test_token_labels_show_bpe_pieces_as_people_write_them():
+    bpe = BPETokenizer.learn(["orangefarbenen orangefarbenen a a"], num_merges=6)
+    ids = bpe.encode("a orangefarbenen")
+    pieces = [bpe.vocab.itos[i] for i in ids]
+    labels = bpe.token_labels(ids)
+    assert len(pieces) > 2 and pieces[0] == "a</w>"                    # the word was split into several pieces
+    assert not any("</w>" in label for label in labels)
+    assert labels[0] == "a" and all(label.endswith("@@") for label in labels[1:-1]) and not labels[-1].endswith("@@")
+    assert "".join(label.removesuffix("@@") for label in labels[1:]) == "orangefarbenen"
+    assert bpe.token_labels([BOS, *ids, EOS])[::len(ids) + 1] == ["<bos>", "<eos>"]     # specials unmarked
+    word = WordTokenizer.build(["the dog ."])
+    assert word.token_labels(word.encode("the dog .")) == ["the", "dog", "."]
+
+
+def test_readable_tokens_of_a_list():
+    assert readable_tokens(["a</w>", "orange", "farbenen</w>", "<eos>"]) == ["a", "orange@@", "farbenen", "<eos>"]
+    assert readable_tokens(["the", "dog", "4"]) == ["the", "dog", "4"]          # not BPE: unchanged
+    assert readable_tokens([3, 4]) == ["3", "4"]

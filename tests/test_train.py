@@ -179,6 +179,33 @@ def test_target_metric_stops_early():
     assert summary["stop_reason"] == "target" and summary["steps"] == 6
     assert calls == [False, False]                      # the metric runs in eval mode
     assert trainer.model.training                       # and training mode comes back
+    assert trainer.stop_description() == "target reached at step 6 (metric 1.0000 >= 1.0000)"
+
+
+def test_progress_lines_name_the_metric_and_the_stop_says_why(capsys):
+    """The evaluation lines say what the metric is ("valid BLEU 72.50", not "metric 72.5037"), and
+    stop_description says why each kind of run stopped."""
+    scores = iter([72.50371, 99.2])
+    trainer = make_trainer(max_steps=100, eval_every=2, metric_fn=lambda model: next(scores), target=99.0,
+                           metric_name="valid BLEU", metric_format="{:.2f}".format, progress=True)
+    trainer.fit()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert lines == ["step 2  valid BLEU 72.50", "step 4  valid BLEU 99.20"]     # no valid_data: no valid loss
+    assert trainer.stop_description() == "target reached at step 4 (valid BLEU 99.20 >= 99.00)"
+
+    trainer = make_trainer(max_steps=3)
+    trainer.fit()
+    assert trainer.stop_description() == "step limit reached (3 steps)"
+    trainer = make_trainer(max_epochs=1)                # 7 batches to an epoch
+    trainer.fit()
+    assert trainer.stop_reason == "max_epochs" and trainer.stop_description() == "1 epoch done (the epoch limit)"
+    trainer = make_trainer(max_seconds=1e-9)
+    trainer.fit()
+    assert trainer.stop_description() == f"time limit reached ({1e-9 / 60:g} min) at step 0"
+    with pytest.raises(TypeError, match="metric_name must be a non-empty str"):
+        make_trainer(max_steps=1, metric_name="")
+    with pytest.raises(TypeError, match="metric_format must be callable"):
+        make_trainer(max_steps=1, metric_format="{:.2f}")
 
 
 # ------------------------------------------------------------------------------------------ non-finite

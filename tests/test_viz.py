@@ -375,6 +375,47 @@ def test_loss_curves_dict_with_json_keys_epoch_axis_and_smoothing():
     assert np.std(mean.get_ydata()) < np.std(noisy)
 
 
+def test_loss_curves_with_the_validation_score_beside_the_loss():
+    train = list(np.linspace(4.0, 1.0, 60))
+    fig = viz.loss_curves(train, valid=([20, 40, 60], [3.1, 2.2, 1.4]), metric=([20, 40, 60], [12.5, 61.0, 97.3]),
+                          metric_name="valid BLEU", logy=True)
+    loss_ax, score_ax = panels(fig)
+    assert loss_ax.get_ylabel() == "loss" and loss_ax.get_yscale() == "log"
+    (line,) = score_ax.lines
+    np.testing.assert_array_equal(line.get_xdata(), [20, 40, 60])
+    np.testing.assert_array_equal(line.get_ydata(), [12.5, 61.0, 97.3])
+    assert score_ax.get_ylabel() == "valid BLEU" and score_ax.get_yscale() == "linear"
+    assert score_ax.get_shared_x_axes().joined(loss_ax, score_ax)           # the same steps on both
+    assert [t.get_text() for t in score_ax.texts] == ["97.3"]               # where the run ended
+    with pytest.raises(ValueError, match="metric"):
+        viz.loss_curves(train, metric=([1, 2], [1.0]))
+
+
+@pytest.mark.parametrize("low, high", [(1.4, 6.0), (0.3, 6.0), (0.02, 9.0)])
+def test_log_axes_carry_plain_numbers(low, high):
+    """A loss between 1.4 and 6 spans less than a decade: matplotlib's own labels read "6 x 10^0"."""
+    for fig in (viz.loss_curves(list(np.geomspace(high, low, 50)), logy=True),
+                viz.lr_schedule(list(np.geomspace(low, high, 50) * 1e-3), logy=True)):
+        (ax,) = panels(fig)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.yaxis.get_ticklabels(which="both") if t.get_text()]
+        assert len(labels) >= 2, labels
+        for label in labels:
+            float(label.replace("\u2212", "-"))                   # a plain number: no "$", "\\times", "10^"
+
+
+def test_attention_labels_are_words_and_the_axes_say_what_a_row_is():
+    bpe = ["a</w>", "orange", "farbenen</w>", "hut</w>", "<eos>"]
+    fig = viz.attention_heatmap(softmax_rows((2, 5)), x_labels=bpe, y_labels=["<bos>", "a"],
+                                y_name="query: the decoder's input at that position", x_name="key: source")
+    (ax,) = panels(fig)
+    assert tick_texts(ax.xaxis) == ["a", "orange@@", "farbenen", "hut", "<eos>"]
+    assert ax.get_ylabel() == "query: the decoder's input at that position" and ax.get_xlabel() == "key: source"
+    fig = viz.attention_grid(softmax_rows((2, 2, 5)), x_labels=bpe, y_labels=["<bos>", "a"], y_name="rows")
+    assert visible_tick_texts(panels(fig)[0].xaxis) == ["a", "orange@@", "farbenen", "hut", "<eos>"]
+    assert fig._supylabel.get_text() == "rows" and "key" in fig._supxlabel.get_text()
+
+
 def test_loss_curves_bad_input():
     with pytest.raises(ValueError, match="valid"):
         viz.loss_curves([1.0, 0.5], valid=([1, 2, 3], [1.0, 0.5]))

@@ -19,8 +19,10 @@ removes the earlier run's files instead, once the new run's config, data and mod
 (``mt.Transformer``), to step through a run; metrics.json says which ("tier"), and a resumed run keeps
 its own. Both save the same state_dict, and ``translate`` and ``evaluate`` load any checkpoint into the fast tier.
 
-Timing note: on a small model, a multi-threaded BLAS competing with other processes for the cores can be
-many times slower than one thread; ``OPENBLAS_NUM_THREADS=1 minitransformer train ...`` avoids that.
+BLAS threads: train, translate and evaluate choose them for the model (``common.choose_blas_threads``): one
+for a model narrower than 256 (its products are small, and a second OpenBLAS thread fighting another process
+for a core makes a step several times slower), the BLAS default (one per core) for wider ones. A count in
+OPENBLAS_NUM_THREADS or OMP_NUM_THREADS wins; ``train`` prints the count and stores it in metrics.json.
 
 Errors in what the user typed or gave (unknown task, a missing checkpoint, a damaged or crafted file, a run
 folder whose files are symbolic links) give a one-line message and exit code 2, never a traceback; set
@@ -36,6 +38,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..fast.threads import blas_threads, set_blas_threads
 from ..train import NonFiniteError
 from .common import CLIError
 from .download import cmd_download
@@ -56,6 +59,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)          # exits with code 2 and the usage on bad arguments
     prog = f"minitransformer {args.command}"
+    threads_before = blas_threads()         # a command sets them for its model; a caller in Python keeps its own
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
@@ -86,3 +90,6 @@ def main(argv=None) -> int:
             raise
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
+    finally:
+        if threads_before is not None and blas_threads() != threads_before:
+            set_blas_threads(threads_before)

@@ -1,4 +1,5 @@
-"""What several commands share: the model class, loading a run, the data splits, translating and BLEU, plots."""
+"""What several commands share: the model class, BLAS threads, loading a run, the data splits, translating and
+BLEU, plots."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy
 from .. import checkpoint as ckpt
 from .. import datasets, decoding
 from ..bleu import corpus_bleu
+from ..fast.threads import use_blas_threads
 from ..files import atomic_write, check_writable, parse_json
 from ..loss import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
@@ -38,6 +40,37 @@ def model_class(reference: bool):
     return tier(reference)[0]
 
 
+# A model narrower than this gets one BLAS thread. Its products are small: a second thread gains nothing on
+# an idle machine, and when another process keeps a core busy, OpenBLAS's two threads (which spin while they
+# wait for each other) make a step of the toy task several times slower than one thread does. Wider models
+# (the small and base presets) keep the library's default, one per core, where a second thread pays.
+ONE_BLAS_THREAD_BELOW = 256
+
+
+def choose_blas_threads(config) -> dict:
+    """Set the BLAS threads for this model's products, unless the user's OPENBLAS_NUM_THREADS (or
+    OMP_NUM_THREADS) chose. -> {"blas_threads": the count in force (None where the BLAS is not OpenBLAS),
+    "blas_threads_set_by": "minitransformer" | "the BLAS default" | the variable | "unknown (not OpenBLAS)"}"""
+    wanted = 1 if config.d_model < ONE_BLAS_THREAD_BELOW else None
+    count, why = use_blas_threads(wanted)
+    set_by = {"chosen": "minitransformer", "default": "the BLAS default",
+              "unknown": "unknown (not OpenBLAS)"}.get(why, why)
+    return {"blas_threads": count, "blas_threads_set_by": set_by}
+
+
+def describe_blas_threads(choice: dict, config) -> str:
+    """One line for a run's header: the BLAS threads and who chose them."""
+    count, set_by = choice["blas_threads"], choice["blas_threads_set_by"]
+    if count is None:
+        return "BLAS threads: the library's own setting (not OpenBLAS; OMP_NUM_THREADS or MKL_NUM_THREADS sets it)"
+    if set_by == "minitransformer":
+        return (f"BLAS threads: {count}, chosen for d_model {config.d_model} < {ONE_BLAS_THREAD_BELOW} (products "
+                f"this small gain nothing from more); OPENBLAS_NUM_THREADS=N sets another count")
+    if set_by == "the BLAS default":
+        return f"BLAS threads: {count}, the BLAS default (one per core); OPENBLAS_NUM_THREADS=N sets another count"
+    return f"BLAS threads: {count}, from {set_by}"
+
+
 # ============================================================================ data and runs
 
 def load_pairs(task: str, split: str, data_dir=None) -> list:
@@ -58,9 +91,13 @@ def tokenizers_from_checkpoint(ck):
         if not isinstance(text, str):
             raise CLIError(f"checkpoint {ck.path} is missing tokenizers.{side} (the {side} vocabulary as JSON)")
         try:
-            tokenizers.append(tokenizer_from_dict(parse_json(text, f"tokenizers.{side}")))
+            tokenizer = tokenizer_from_dict(parse_json(text, f"tokenizers.{side}"))
         except (ValueError, TypeError) as err:
             raise CLIError(f"checkpoint {ck.path}: {err}") from None
+        # A vocabulary without a capital letter (the toy corpus's, saved before its tokenisers said they
+        # lowercase) knows "the" but can only read "The" as <unk>: such a model reads its input lowercased.
+        tokenizer.lowercase = tokenizer.lowercase or tokenizer.vocab.is_lowercase()
+        tokenizers.append(tokenizer)
     return tuple(tokenizers)
 
 
@@ -116,25 +153,47 @@ def load_run(path, average: int | None = None):
 
 # ============================================================================ translating and scoring
 
-def translate_texts(model, src_tok, tgt_tok, texts, beam_size: int = 1, alpha: float = 0.6,
-                    batch_size: int = 100) -> list:
-    """Translate sentences (batched, sorted by length); returns the detokenised outputs in input order."""
+def encode_sources(model, src_tok, texts) -> list:
+    """Each text's source ids as the model reads them: at most config.max_len tokens (the rest is cut), and
+    an empty text as one <unk> (the encoder needs a token)."""
+    return [src_tok.encode(text)[: model.config.max_len] or [UNK] for text in texts]
+
+
+def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_size: int = 100,
+                  length_limit=None) -> list:
+    """The output ids of each source id list (batched, sorted by length), in input order.
+
+    length_limit  length_limit(S) -> the most tokens generated for a source of S tokens; the batches then
+                  hold sources of one length each. None: decoding's default, S + 50 (the paper's, §6.1).
+    """
     c = model.config
-    encoded = [src_tok.encode(text)[: c.max_len] or [UNK] for text in texts]  # an empty line still needs a token
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     out = [None] * len(encoded)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+    batches, start = [], 0
+    for end in range(1, len(order) + 1):
+        if end == len(order) or end - start == batch_size or (
+                length_limit is not None and len(encoded[order[end]]) != len(encoded[order[start]])):
+            batches.append(order[start:end])
+            start = end
+    for idx in batches:
         src = numpy.full((len(idx), max(len(encoded[i]) for i in idx)), c.pad_id, dtype=numpy.int64)  # (B,S)
         for row, i in enumerate(idx):
             src[row, :len(encoded[i])] = encoded[i]
+        max_len = None if length_limit is None else length_limit(src.shape[1])
         if beam_size > 1:
-            hyps = decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha)
+            hyps = decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=max_len)
         else:
-            hyps = decoding.greedy_decode(model, src)
+            hyps = decoding.greedy_decode(model, src, max_len=max_len)
         for i, h in zip(idx, hyps):
-            out[i] = tgt_tok.decode(h)
+            out[i] = h
     return out
+
+
+def translate_texts(model, src_tok, tgt_tok, texts, beam_size: int = 1, alpha: float = 0.6,
+                    batch_size: int = 100) -> list:
+    """Translate sentences (batched, sorted by length); returns the detokenised outputs in input order."""
+    hyps = translate_ids(model, encode_sources(model, src_tok, texts), beam_size, alpha, batch_size)
+    return [tgt_tok.decode(h) for h in hyps]
 
 
 def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1, alpha: float = 0.6) -> tuple:
@@ -161,24 +220,40 @@ def check_outputs(folder: str, names) -> None:
             raise CLIError(str(err)) from None
 
 
-def plot_loss(trainer, path: str) -> None:
-    """The training loss of every step and the validation loss of every evaluation (log scale if all > 0)."""
+def _finite_series(pairs):
+    """(steps, values) of the (step, value) pairs whose value is finite; None if there are none."""
+    pairs = [(s, v) for s, v in pairs if math.isfinite(v)]
+    if not pairs:
+        return None
+    return numpy.array([s for s, _ in pairs], dtype=float), numpy.array([v for _, v in pairs], dtype=float)
+
+
+def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: float = 1.0) -> None:
+    """The training loss of every step and the validation loss of every evaluation (log scale if all > 0),
+    and beside them the validation metric (times metric_scale: 100 shows a fraction as a percentage)."""
     # matplotlib is slow to import: only when a plot is drawn
     from .. import viz
 
     steps = numpy.array([h[0] for h in trainer.history], dtype=float)       # (n,)
     losses = numpy.array([h[1] for h in trainer.history], dtype=float)      # (n,)
-    valid = [(s, v) for s, v, _ in trainer.valid_history if math.isfinite(v)]
-    valid_series = None
-    if valid:
-        valid_series = (numpy.array([s for s, _ in valid], dtype=float), numpy.array([v for _, v in valid]))
+    valid_series = _finite_series([(s, v) for s, v, _ in trainer.valid_history])
+    metric_series = _finite_series([(s, m * metric_scale) for s, _, m in trainer.valid_history])
     positive = bool((losses > 0).all()) and (valid_series is None or bool((valid_series[1] > 0).all()))
-    _save_figure(viz.loss_curves((steps, losses), valid_series, title="Training loss", logy=positive), path)
+    label = metric_name + (" (%)" if metric_scale == 100.0 else "")
+    _save_figure(viz.loss_curves((steps, losses), valid_series, title="Training loss", logy=positive,
+                                 metric=metric_series, metric_name=label), path)
 
 
-def plot_attention(model, src_ids, src_labels, tgt_label_fn, path: str, title: str) -> None:
+# Row t of a cross-attention map is the query of decoder position t: it reads the token before and produces
+# token t. The rows are labelled by what they produce (the model's output, then <eos>), as the notebooks
+# label theirs, and the axis says so.
+QUERY_AXIS = "query: the token produced at this step"
+KEY_AXIS = "key: source token"
+
+
+def plot_attention(model, src_ids, src_labels, tgt_labels_fn, path: str, title: str) -> None:
     """Cross-attention of every head, in every decoder layer (only the last when there are more than 4), for one
-    source sentence and the model's own output."""
+    source sentence and the model's own output. tgt_labels_fn(ids) -> a label per target id."""
     from .. import viz
 
     c = model.config
@@ -190,5 +265,6 @@ def plot_attention(model, src_ids, src_labels, tgt_label_fn, path: str, title: s
     cross = [a[0] for a in model.attention_maps()["decoder_cross"]]          # per layer (H,T,S)
     if len(cross) > 4:
         cross = cross[-1]
-    y_labels = [tgt_label_fn(i) for i in hyp] + ["<eos>"]
-    _save_figure(viz.attention_grid(cross, x_labels=src_labels, y_labels=y_labels, title=title), path)
+    y_labels = tgt_labels_fn(hyp + [c.eos_id])                                 # the output, then <eos>
+    _save_figure(viz.attention_grid(cross, x_labels=src_labels, y_labels=y_labels, title=title,
+                                    x_name=KEY_AXIS, y_name=QUERY_AXIS), path)

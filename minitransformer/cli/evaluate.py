@@ -9,12 +9,20 @@ from ..checkpoint import step_of_file
 from ..files import write_json
 from ..tasks import TASKS as SEQUENCE_TASKS
 from ..tasks import SequenceTask, exact_match
-from .common import CLIError, bleu_of, check_outputs, load_pairs, load_run
+from .common import (
+    CLIError,
+    bleu_of,
+    check_outputs,
+    choose_blas_threads,
+    load_pairs,
+    load_run,
+)
 from .defaults import check_saved_settings
 
 
 def cmd_evaluate(args) -> int:
     ck, model, src_tok, tgt_tok, used = load_run(args.checkpoint, args.average)
+    choose_blas_threads(model.config)
     task = ck.extra.get("task")
     settings = check_saved_settings(ck.extra.get("settings") or {}, task, f"checkpoint {ck.path}", complete=False)
     split = "heldout" if task in SEQUENCE_TASKS else args.split   # a sequence task has its held-out set

@@ -105,12 +105,18 @@ def _add_train(sub) -> None:
 def _add_translate(sub) -> None:
     tr = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
                         description="Translate the sentences given, or else every line of standard input "
-                                    "(one output line per input line).")
+                                    "(one output line per input line). Each is prepared as the training text "
+                                    "was (lowercased where the model's vocabulary is, punctuation split off); "
+                                    "stderr names, per line, the words the model does not know and any tokens "
+                                    "cut beyond its length. A translation has at most 2 x (source tokens) + 10 "
+                                    "tokens, and at most source tokens + 50.")
     tr.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
     tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     tr.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
     tr.add_argument("--alpha", type=_non_negative_float, default=0.6,
                     help="length penalty of beam search (default 0.6)")
+    tr.add_argument("--quiet", action="store_true",
+                    help="no notes on stderr about unknown words, cut input or the length limit")
 
 
 def _add_evaluate(sub) -> None:

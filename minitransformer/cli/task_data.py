@@ -27,6 +27,12 @@ class TaskData:
     heldout: list = field(default_factory=list)
     src_tok: object = None
     tgt_tok: object = None
+    metric_name: str = "valid BLEU"    # how the run's output and loss.png name the metric
+    metric_percent: bool = False       # exact match, a fraction, is shown as a percentage
+
+    def format_metric(self, value: float) -> str:
+        """"99.0%" for exact match, "72.50" for BLEU."""
+        return f"{100 * value:.1f}%" if self.metric_percent else f"{value:.2f}"
 
     def tokenizers(self) -> dict:
         """The vocabularies as the checkpoints store them ({} for a sequence task)."""
@@ -55,7 +61,9 @@ def _sequence_data(settings: dict) -> TaskData:
     def metric_fn(model):
         return exact_match(model, heldout)
 
-    return TaskData(config, train_data, heldout_batches(heldout), metric_fn, heldout=heldout)
+    # the held-out sequences are this task's validation set: the valid loss is computed on them too
+    return TaskData(config, train_data, heldout_batches(heldout), metric_fn, heldout=heldout,
+                    metric_name="valid exact match", metric_percent=True)
 
 
 def _translation_data(settings: dict, resume_from) -> TaskData:
@@ -97,9 +105,12 @@ def _encode_pairs(pairs, src_tok, tgt_tok, max_len: int) -> list:
 
 
 def _build_tokenizers(task: str, settings: dict, train_pairs: list):
-    """toy: a word vocabulary per language; multi30k: one lowercase BPE shared by both sides, as in the paper."""
+    """toy: a word vocabulary per language; multi30k: one BPE shared by both sides, as in the paper. Both
+    lowercase: the toy corpus is written in lowercase, and Multi30k is scored lowercased; a sentence given to
+    `translate` is then read the same way ("The" as "the")."""
     if task == "toy":
-        return (WordTokenizer.build([s for s, _ in train_pairs]), WordTokenizer.build([t for _, t in train_pairs]))
+        return (WordTokenizer.build([s for s, _ in train_pairs], lowercase=True),
+                WordTokenizer.build([t for _, t in train_pairs], lowercase=True))
     texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
     shared = BPETokenizer.learn(texts, vocab_size=settings["vocab_size"], lowercase=True)
     return shared, shared

@@ -12,7 +12,7 @@
     _start                     resume the run, or remove the earlier run's files (--overwrite)
     trainer.fit()
     _final_score               exact match or test BLEU, and a sentence for the attention plot
-    _write_results             metrics.json, loss.png, attention.png
+    _write_results             metrics.json, loss.png, attention.png; the last lines name each file written
 
 The resume policy: a resumed run keeps the settings it was started with (it computes what the uninterrupted
 run would have), except RESUMABLE_OVERRIDES typed on this command line, which only change when the run stops
@@ -36,6 +36,8 @@ from .common import (
     CLIError,
     bleu_of,
     check_outputs,
+    choose_blas_threads,
+    describe_blas_threads,
     load_pairs,
     plot_attention,
     plot_loss,
@@ -76,13 +78,17 @@ def cmd_train(args) -> int:
     if resume_from is not None and full_config(resume_from.config) != data.config.to_dict():
         raise CLIError(f"--resume: {resume_from.path} does not hold the model its saved settings describe "
                        f"(its config is {'missing' if resume_from.config is None else 'another'})")
+    threads = choose_blas_threads(data.config)
     trainer = _build_trainer(settings, data, out)
     _start(trainer, args, out, resume_from)
     model, config = trainer.model, data.config
     print(f"training {task}: {model.num_parameters():,} parameters, d_model={config.d_model}, "
           f"heads={config.num_heads}, layers={config.num_encoder_layers}+{config.num_decoder_layers}, "
           f"d_ff={config.d_ff} -> {out}")
+    print(describe_blas_threads(threads, config))
     summary = trainer.fit()
+    stopped = trainer.stop_description()
+    print(f"stopped: {stopped}")
 
     scores, example = _final_score(settings, data, model)
     metrics = {"task": task, "tier": "reference" if settings.get("reference") else "fast",
@@ -90,12 +96,16 @@ def cmd_train(args) -> int:
                "valid_loss": summary["valid_loss"], "train_seconds": summary["train_seconds"],
                "train_cpu_seconds": summary["train_cpu_seconds"],
                "tokens_per_second": summary["tokens_per_second"], "stop_reason": summary["stop_reason"],
-               "skipped_steps": summary["skipped_steps"], "seed": settings["seed"], "config": config.to_dict(),
-               "settings": settings, **scores}
+               "stopped": stopped, "skipped_steps": summary["skipped_steps"], **threads, "seed": settings["seed"],
+               "config": config.to_dict(), "settings": settings, **scores}
     metrics["wall_seconds"] = time.perf_counter() - wall_start
-    written = _write_results(out, metrics, trainer, example)
-    print(f"wrote {', '.join(written)}  ({summary['train_seconds']:.1f} s of training, {summary['steps']} steps, "
-          f"{summary['tokens_per_second']:,.0f} tokens/s)")
+    written = _write_results(out, metrics, trainer, data, example)
+    print(f"\n{summary['steps']} steps, {summary['train_seconds']:.1f} s of training "
+          f"({summary['tokens_per_second']:,.0f} tokens/s), {metrics['wall_seconds']:.1f} s in all; {stopped}")
+    print("files written:")
+    width = max(len(path) for path, _ in written)
+    for path, what in written:
+        print(f"  {path:<{width}}  {what}")
     return 0
 
 
@@ -214,7 +224,8 @@ def _build_trainer(settings: dict, data, out: str) -> Trainer:
         eval_every=settings["eval_every"], metric_fn=data.metric_fn, target=settings.get("target"),
         checkpoint_dir=out, save_every=settings["save_every"], keep=settings["keep"],
         on_nonfinite=settings["on_nonfinite"], progress=settings["progress"], config=config.to_dict(),
-        tokenizers=data.tokenizers(), extra={"task": settings["task"], "settings": settings})
+        tokenizers=data.tokenizers(), extra={"task": settings["task"], "settings": settings},
+        metric_name=data.metric_name, metric_format=data.format_metric)
 
 
 def _start(trainer: Trainer, args, out: str, resume_from) -> None:
@@ -234,15 +245,17 @@ def _start(trainer: Trainer, args, out: str, resume_from) -> None:
 
 def _final_score(settings: dict, data, model) -> tuple:
     """Score the trained model on held-out data: exact match (copy, reverse) or test BLEU (toy, multi30k).
-    -> (the scores for metrics.json, the attention plot's example: source ids, their labels, id -> label)"""
+    -> (the scores for metrics.json, the attention plot's example: source ids, their labels, and the function
+    that labels target ids)"""
     model.eval()
     if settings["task"] in SEQUENCE_TASKS:
         heldout = data.heldout
         score = exact_match(model, heldout)
         print(f"exact match on {len(heldout)} held-out sequences: {100 * score:.1f}%")
         example = heldout[0][0]
+        symbols = {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
         return {"exact_match": score, "heldout": len(heldout), "decoding": "greedy"}, \
-            (example, [str(i) for i in example], str)
+            (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
 
     task, src_tok, tgt_tok = settings["task"], data.src_tok, data.tgt_tok
     test_text = load_pairs(task, "test", settings["data_dir"])[: settings["limit"]]
@@ -258,21 +271,26 @@ def _final_score(settings: dict, data, model) -> tuple:
     example = src_tok.encode(example_text)
     scores = {"bleu": score, "split": "test", "sentences": len(test_text), "lowercase": lowercase,
               "decoding": decoding}
-    return scores, (example, [src_tok.vocab.lookup_token(i) for i in example], tgt_tok.vocab.lookup_token)
+    return scores, (example, src_tok.token_labels(example), tgt_tok.token_labels)
 
 
-def _write_results(out: str, metrics: dict, trainer: Trainer, example: tuple) -> list:
-    """metrics.json and (unless --no-plots) the plots. -> the paths written, for the last line printed."""
+def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tuple) -> list:
+    """metrics.json and (unless --no-plots) the plots. -> (path, what it holds) of every file of the run in
+    --out, checkpoints included, for the summary printed last."""
     metrics_path = os.path.join(out, "metrics.json")
     write_json(metrics_path, metrics, "metrics")
-    written = [metrics_path, os.path.join(out, ckpt.LATEST)]
+    score = "test BLEU" if "bleu" in metrics else "held-out exact match"
+    model_note = f"the trained model (step {trainer.step}): translate or evaluate --checkpoint {out}"
+    written = [(metrics_path, f"final metrics: {score}, times, settings"), (os.path.join(out, ckpt.LATEST), model_note)]
+    steps = ckpt.list_checkpoints(out)
+    written += [(path, "a step checkpoint, for --resume and evaluate --average") for path in steps]
     if metrics["settings"]["plots"]:
         if trainer.history:
-            plot_loss(trainer, os.path.join(out, "loss.png"))
-            written.append("loss.png")
+            plot_loss(trainer, os.path.join(out, "loss.png"), data.metric_name, 100.0 if data.metric_percent else 1.0)
+            written.append((os.path.join(out, "loss.png"), f"training and validation loss, {data.metric_name}"))
         else:                                              # e.g. a time limit reached before the first step
             print("no training steps: loss.png not written")
         plot_attention(trainer.model, *example, os.path.join(out, "attention.png"),
                        title=f"Cross-attention ({metrics['task']}, a held-out example)")
-        written.append("attention.png")
+        written.append((os.path.join(out, "attention.png"), "cross-attention of every head on a held-out example"))
     return written
