@@ -12,6 +12,8 @@ import math
 
 import numpy
 
+from . import backend
+
 
 def _is_int(value) -> bool:
     return isinstance(value, (int, numpy.integer)) and not isinstance(value, bool)
@@ -19,6 +21,15 @@ def _is_int(value) -> bool:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float, numpy.integer, numpy.floating)) and not isinstance(value, bool)
+
+
+def number(owner: str, name: str, value):
+    """A Python number, from a number or a 0-d array (what numpy.load gives back for a saved number)."""
+    if hasattr(value, "ndim") and value.ndim == 0 and hasattr(value, "item"):
+        value = value.item()
+    if not _is_number(value):
+        raise TypeError(f"{owner}: {name} must be a number, got {value!r}")
+    return value
 
 
 def integer(owner: str, name: str, value) -> int:
@@ -103,6 +114,27 @@ def token_ids(owner: str, name: str, ids, vocab_size: int, ndim: int | None = No
         raise ValueError(f"{owner}: {name} must hold token ids in [0, {vocab_size}), "
                          f"got values in [{int(ids.min())}, {int(ids.max())}]")
     return ids
+
+
+def weights(owner: str, name: str, value, shape=None):
+    """Numbers to store in a Parameter or an optimiser's state: an array (NumPy or device) or nested list of
+    real numbers (bool, int or float), all finite, of ``shape`` when given. Returns it as an array."""
+    if value is None or isinstance(value, (str, bytes)) or not hasattr(value, "dtype") and \
+            not isinstance(value, (list, tuple, int, float, numpy.number)):
+        raise TypeError(f"{owner}: {name} must be an array of real numbers, got {type(value).__name__}")
+    if not hasattr(value, "dtype"):
+        try:
+            value = numpy.asarray(value)
+        except ValueError:
+            raise ValueError(f"{owner}: {name} must be a rectangular array of numbers, got ragged lists") from None
+    if value.dtype.kind not in "biuf":
+        raise TypeError(f"{owner}: {name} must hold real numbers (bool, int or float), got dtype {value.dtype}")
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{owner}: {name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
+    xp = numpy if isinstance(value, numpy.ndarray) else backend.xp()     # a device array is checked there
+    if value.dtype.kind == "f" and value.size and not bool(xp.isfinite(value).all()):
+        raise ValueError(f"{owner}: {name} must hold finite numbers, got nan or inf")
+    return value
 
 
 def mask(owner: str, mask, scores_shape: tuple) -> None:

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import numpy
 
-from . import backend
+from . import backend, checks
 
 
 class Parameter:
@@ -26,6 +26,7 @@ class Parameter:
 
     def __init__(self, data, dtype=None):
         xp = backend.xp()
+        data = checks.weights("Parameter", "data", data)
         # New parameters take the default dtype (float32, or float64 for gradient checks) unless told otherwise.
         self.data = xp.asarray(data, dtype=backend.get_default_dtype() if dtype is None else dtype)
         self.grad = xp.zeros_like(self.data)
@@ -177,7 +178,11 @@ class Module:
         return OrderedDict((name, backend.to_numpy(p.data).copy()) for name, p in self.named_parameters())
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        """Copy weights in. Shapes must match; with strict=True the names must match exactly."""
+        """Copy weights in, all or nothing: every entry is checked (name, shape, real and finite numbers)
+        before any weight changes. With strict=True the names must match exactly."""
+        if not isinstance(state, dict):
+            raise TypeError(f"load_state_dict: state must be a dict of arrays, as state_dict() gives, "
+                            f"got {type(state).__name__}")
         params = OrderedDict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
@@ -187,15 +192,10 @@ class Module:
                 f"missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                 f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
             )
-        for name, p in params.items():
-            if name not in state:
-                continue
-            value = state[name]
-            if tuple(value.shape) != tuple(p.data.shape):
-                raise ValueError(
-                    f"load_state_dict: parameter {name!r} expects shape {tuple(p.data.shape)}, got {tuple(value.shape)}"
-                )
-            p.data[...] = backend.asarray(value, dtype=p.data.dtype)
+        checked = {name: checks.weights("load_state_dict", f"parameter {name!r}", state[name], p.data.shape)
+                   for name, p in params.items() if name in state}
+        for name, value in checked.items():
+            params[name].data[...] = backend.asarray(value, dtype=params[name].data.dtype)
 
     def __repr__(self):
         lines = [f"{type(self).__name__}("]

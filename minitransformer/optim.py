@@ -61,21 +61,24 @@ class Optimizer:
         """Restore what ``state_dict`` gave (also after ``numpy.savez``/``numpy.load``, where the numbers come
         back as 0-d arrays). Arrays are copied into the existing buffers; a state that does not fit raises."""
         owner = type(self).__name__
+        if not isinstance(state, dict):
+            raise TypeError(f"{owner}.load_state_dict: state must be a dict, as state_dict() gives, "
+                            f"got {type(state).__name__}")
         needed = ["step", "lr"] + [f"{name}.{i}" for name in self.state_names for i in range(len(self.params))]
         missing, unexpected = [k for k in needed if k not in state], [k for k in state if k not in needed]
         if missing or unexpected:
             raise ValueError(f"{owner}.load_state_dict: state must have exactly the keys {needed[:6]}"
                              f"{'...' if len(needed) > 6 else ''} (this optimiser, {len(self.params)} parameters); "
                              f"missing {missing[:6]}, unexpected {unexpected[:6]}")
-        for name in self.state_names:
-            for i, p in enumerate(self.params):
-                if tuple(numpy.shape(state[f"{name}.{i}"])) != tuple(p.data.shape):
-                    raise ValueError(f"{owner}.load_state_dict: {name}.{i} must have shape {tuple(p.data.shape)} "
-                                     f"(parameter {i}), got {tuple(numpy.shape(state[f'{name}.{i}']))}")
-        self.step_count, self.lr = int(state["step"]), float(state["lr"])
+        where = f"{owner}.load_state_dict"                     # every entry is checked before anything changes
+        shapes = {f"{name}.{i}": p.data.shape for name in self.state_names for i, p in enumerate(self.params)}
+        arrays = {key: checks.weights(where, key, state[key], shape) for key, shape in shapes.items()}
+        step = checks.integer(where, "step", checks.number(where, "step", state["step"]))
+        lr = checks.positive_number(where, "lr", checks.number(where, "lr", state["lr"]))
+        self.step_count, self.lr = step, lr
         for name in self.state_names:
             for i, a in enumerate(self.state[name]):
-                a[...] = backend.asarray(state[f"{name}.{i}"], dtype=a.dtype)
+                a[...] = backend.asarray(arrays[f"{name}.{i}"], dtype=a.dtype)
 
     def __repr__(self):
         hyper = ", ".join(f"{name}={getattr(self, name)}" for name in ("lr", *self.hyper_names))

@@ -743,3 +743,52 @@ def test_fuzz_saved_settings_and_training_state_through_train_resume(run, capsys
         counts[code] += 1
     print(f"\nfuzz of train --resume: {sum(counts.values())} cases: {counts[2]} refused (exit 2), {counts[0]} resumed")
     assert counts[2] > 0 and os.path.exists(latest)
+
+
+# ----------------------------------------------------------------------------------------- the API's loads
+
+@pytest.mark.parametrize("data", [None, "abc", np.array([None, 1.0], dtype=object), np.array([1 + 2j]),
+                                  np.array([1.0, np.nan]), [[1.0], [2.0, 3.0]]], ids=repr)
+def test_parameter_refuses_what_is_not_finite_real_numbers(data):
+    with pytest.raises((TypeError, ValueError), match=r"Parameter: data must"):
+        mt.Parameter(data)
+
+
+@pytest.mark.parametrize("spoil", ["shape of the last key", "inf", "list of None", "not a dict"])
+def test_load_state_dict_is_all_or_nothing(spoil):
+    model = mt.layers.PositionwiseFeedForward(4, 6)
+    before = {k: v.copy() for k, v in model.state_dict().items()}
+    state = {k: v + 1.0 for k, v in before.items()}             # every weight would change ...
+    last = list(state)[-1]
+    state[last] = {"shape of the last key": np.zeros(3), "inf": np.full(before[last].shape, np.inf),
+                   "list of None": [None] * before[last].size}.get(spoil)   # ... but the last entry is bad
+    with pytest.raises((TypeError, ValueError), match="load_state_dict"):
+        model.load_state_dict(None if spoil == "not a dict" else state)
+    assert all(np.array_equal(model.state_dict()[k], v) for k, v in before.items())   # nothing changed
+
+
+def test_optimizer_load_state_dict_is_all_or_nothing():
+    model = mt.layers.Linear(3, 2)
+    opt = mt.optim.Adam(model.parameters())
+    with pytest.raises(TypeError, match=r"Adam.load_state_dict: state must be a dict"):
+        opt.load_state_dict(None)
+    state = opt.state_dict()
+    state.update({"step": 7, "m.0": np.ones((3, 2)), "v.1": np.full(2, np.nan)})
+    with pytest.raises(ValueError, match=r"v\.1 must hold finite numbers"):
+        opt.load_state_dict(state)
+    assert opt.step_count == 0 and not np.any(opt.state["m"][0])
+
+
+def test_attention_with_no_key_is_refused_by_name():
+    mha = mt.layers.MultiHeadAttention(4, 2)
+    with pytest.raises(ValueError, match="at least one key"):
+        mha(np.zeros((1, 2, 4)), np.zeros((1, 0, 4)), np.zeros((1, 0, 4)))
+    with pytest.raises(ValueError, match="at least one key"):
+        mt.layers.ScaledDotProductAttention()(np.zeros((1, 1, 2, 3)), np.zeros((1, 1, 0, 3)), np.zeros((1, 1, 0, 3)))
+
+
+def test_backward_refuses_a_list_by_name():
+    layer = mt.layers.Linear(3, 2)
+    layer(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"Linear.backward: dout must have the shape"):
+        layer.backward([[1.0, 2.0], [3.0, 4.0]])

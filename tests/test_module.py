@@ -160,7 +160,7 @@ def test_state_dict_round_trip_and_shape_check():
     for (n1, p1), (n2, p2) in zip(a.named_parameters(), b.named_parameters()):
         assert n1 == n2
         np.testing.assert_array_equal(p1.data, p2.data)
-    with pytest.raises(ValueError, match=r"parameter 'W1.W' expects shape \(4, 6\), got \(4, 5\)"):
+    with pytest.raises(ValueError, match=r"parameter 'W1.W' must have shape \(4, 6\), got \(4, 5\)"):
         b.load_state_dict({**a.state_dict(), "W1.W": np.zeros((4, 5))})
     with pytest.raises(ValueError, match=r"missing keys \['W2.b'\]"):
         b.load_state_dict({k: v for k, v in a.state_dict().items() if k != "W2.b"})

@@ -23,6 +23,8 @@ def check_qkv(owner: str, q, k, v, mask) -> None:
             k.shape[-2] != v.shape[-2]:
         raise ValueError(f"{owner}: q, k and v must have shapes (..., Tq, Dk), (..., Tk, Dk) and (..., Tk, Dv), "
                          f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[-2] == 0:
+        raise ValueError(f"{owner}: attention needs at least one key, got k of shape {tuple(k.shape)}")
     if mask is not None:
         checks.mask(owner, mask, (*q.shape[:-1], k.shape[-2]))
 
@@ -140,6 +142,8 @@ class MultiHeadAttention(Module):
     def check_inputs(self, query, key, value, mask=None):
         for name, x in (("query", query), ("key", key), ("value", value)):
             checks.float_array("MultiHeadAttention", name, x, ndim=3, last_dim=self.d_model)
+        if key.shape[1] == 0:
+            raise ValueError(f"MultiHeadAttention: attention needs at least one key, got key of shape {tuple(key.shape)}")
         if key.shape != value.shape or query.shape[0] != key.shape[0]:
             raise ValueError(f"MultiHeadAttention: key and value must have the same shape (B, Tk, D) and query the "
                              f"same B, got query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
