@@ -16,10 +16,6 @@ moving averages, SGD's momentum buffer): layers never carry optimiser state. ``s
 
 from __future__ import annotations
 
-import math
-
-import numpy
-
 from . import backend, checks
 
 

@@ -55,3 +55,11 @@ def cupy_gpu():
     except cupy.cuda.runtime.CUDARuntimeError:
         pytest.skip("CuPy is installed but sees no GPU")
     return cupy
+
+
+@pytest.fixture(params=["fakecupy", "cupy"])
+def device(request):
+    """The device backend's name; a test switches to it with ``fakecupy.use(device)`` (NumPy stays the reference)."""
+    if request.param == "cupy":
+        request.getfixturevalue("cupy_gpu")                    # skips without a GPU
+    return request.param

@@ -18,6 +18,7 @@ import types
 import fakecupy
 import numpy as np
 import pytest
+from devices import TOLERANCE, use
 
 import minitransformer as mt
 import minitransformer.train  # the package does not import its training loop itself: mt.train needs this
@@ -29,22 +30,6 @@ from minitransformer.tasks import (
 )
 
 TASK = SequenceTask("copy", num_symbols=6, min_len=2, max_len=6)
-# fakecupy: the same NumPy arithmetic underneath, so exactly equal. CuPy: float64 on a GPU.
-TOLERANCE = {"fakecupy": {"rtol": 0, "atol": 0}, "cupy": {"rtol": 1e-9, "atol": 1e-12}}
-
-
-@pytest.fixture(params=["fakecupy", "cupy"])
-def device(request):
-    """The device backend's name; the test switches to it with ``use(device)`` (NumPy stays the reference)."""
-    if request.param == "cupy":
-        request.getfixturevalue("cupy_gpu")                    # skips without a GPU
-    return request.param
-
-
-def use(name):
-    """Switch the backend: "numpy", "cupy", or "fakecupy" (the module; set_backend knows no such name)."""
-    mt.set_backend(fakecupy if name == "fakecupy" else name)
-    return mt.backend.xp()
 
 
 def assert_close(actual, expected, device, what=""):

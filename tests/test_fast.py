@@ -30,6 +30,7 @@ import time
 import fakecupy
 import numpy as np
 import pytest
+from devices import TOLERANCE, use
 
 import minitransformer as mt
 from minitransformer import layers as L
@@ -909,21 +910,6 @@ def test_parallel_map_works_in_a_forked_child():
 
 # ============================================================================ on a device backend
 
-# fakecupy computes with NumPy underneath, so exactly equal; CuPy: float64 on a GPU, another summation order.
-TOLERANCE = {"fakecupy": {"rtol": 0, "atol": 0}, "cupy": {"rtol": 1e-9, "atol": 1e-12}}
-
-
-@pytest.fixture(params=["fakecupy", "cupy"])
-def device(request):
-    """The device backend's name; the test switches to it with ``use(device)`` (NumPy stays the reference)."""
-    if request.param == "cupy":
-        request.getfixturevalue("cupy_gpu")                    # skips without a GPU
-    return request.param
-
-
-def use(name):
-    mt.set_backend(fakecupy if name == "fakecupy" else name)
-    return mt.backend.xp()
 
 
 def fast_training_step(name, steps=2, dropout=0.0):

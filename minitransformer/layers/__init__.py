@@ -14,7 +14,20 @@ from .recurrent import RNN
 from .sublayer import SublayerConnection
 
 __all__ = [
-    "AdditiveAttention", "Conv1d", "Dropout", "Embedding", "LayerNorm", "LearnedPositionalEmbedding", "Linear",
-    "Mask", "MultiHeadAttention", "PositionalEncoding", "PositionwiseFeedForward", "RNN", "ReLU",
-    "ScaledDotProductAttention", "Softmax", "SublayerConnection",
+    "RNN",
+    "AdditiveAttention",
+    "Conv1d",
+    "Dropout",
+    "Embedding",
+    "LayerNorm",
+    "LearnedPositionalEmbedding",
+    "Linear",
+    "Mask",
+    "MultiHeadAttention",
+    "PositionalEncoding",
+    "PositionwiseFeedForward",
+    "ReLU",
+    "ScaledDotProductAttention",
+    "Softmax",
+    "SublayerConnection",
 ]

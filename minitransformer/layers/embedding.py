@@ -38,7 +38,7 @@ class Embedding(Module):
         ids = self.saved(dout).ids                             # (B,T)
         dE_rows = dout.reshape(-1, self.d_model) * self.scale  # (B*T, D) one gradient row per token
         backend.scatter_add(self.weight.grad, ids.reshape(-1), dE_rows)  # dE[id] += row, repeats summed
-        return None
+        # ids are integers: they have no gradient, so backward returns nothing
 
     def extra_repr(self):
         return f"num_embeddings={self.num_embeddings}, d_model={self.d_model}, scale={self.scale != 1.0}"
