@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy
 
+from . import files
+
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 END_OF_WORD = "</w>"
@@ -232,7 +234,7 @@ class _Tokenizer:
 
     @classmethod
     def load(cls, path):
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_text(path)
         return cls.from_dict(_parse_json(text, f"{cls.__name__}.load", f"path {str(path)!r}"))
 
     def to_dict(self) -> dict:  # pragma: no cover - each tokeniser defines it
@@ -531,7 +533,16 @@ def tokenizer_from_json(text: str):
     return tokenizer_from_dict(_parse_json(text, "tokenizer_from_json", "text"))
 
 
+def _read_text(path) -> str:
+    """A saved tokeniser's text: from a regular file only (a FIFO is refused, not waited on)."""
+    with files.open_regular(path, "tokenizer file") as f:
+        try:
+            return f.read().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
 def load_tokenizer(path):
     """Read a tokeniser saved with ``save(path)``, whichever kind it is."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = _read_text(path)
     return tokenizer_from_dict(_parse_json(text, "load_tokenizer", f"path {str(path)!r}"))

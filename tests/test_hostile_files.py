@@ -792,3 +792,10 @@ def test_backward_refuses_a_list_by_name():
     layer(np.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"Linear.backward: dout must have the shape"):
         layer.backward([[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_a_tokenizer_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "tokenizer.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        mt.tokenizers.load_tokenizer(fifo)
