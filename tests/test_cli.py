@@ -468,3 +468,15 @@ def test_run_of_zero_steps_writes_its_metrics_and_no_loss_plot(tmp_path, capsys)
     assert json.loads((out / "metrics.json").read_text())["steps"] == 0
     assert not (out / "loss.png").exists() and (out / "attention.png").read_bytes()[:8] == PNG
     assert "no training steps: loss.png not written" in capsys.readouterr().out
+
+
+def test_model_switches_of_the_paper_reach_the_config_and_survive_a_resume(tmp_path):
+    """--d-k, --positional and --norm-first (the paper's Table 3 varies them) set the TransformerConfig; a resumed
+    run keeps them."""
+    out = str(tmp_path / "switches")
+    args = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--no-progress", "--out", out, *SMALL]
+    assert main([*args, "--steps", "2", "--d-k", "5", "--positional", "learned", "--norm-first"]) == 0
+    config = json.loads((tmp_path / "switches" / "metrics.json").read_text())["config"]
+    assert (config["d_k"], config["positional"], config["norm_first"]) == (5, "learned", True)
+    assert main([*args, "--steps", "3", "--resume"]) == 0
+    assert mt.load_checkpoint(f"{out}/checkpoint.npz").config["positional"] == "learned"

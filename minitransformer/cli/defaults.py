@@ -40,7 +40,7 @@ TASKS = tuple(TASK_DEFAULTS)
 
 # The model options of `train` and the TransformerConfig field each one sets (--layers: both stacks).
 MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads", "layers": "num_encoder_layers",
-                 "d_ff": "d_ff"}
+                 "d_ff": "d_ff", "d_k": "d_k", "positional": "positional", "norm_first": "norm_first"}
 
 # The other `train` options that become settings of the same name when given.
 _SETTING_OPTIONS = ("seed", "max_minutes", "target", "batch_size", "max_tokens", "lr_factor", "warmup",
@@ -149,8 +149,9 @@ def _check_model_settings(model, where: str) -> dict:
     if not isinstance(model, dict) or not set(model) <= set(MODEL_FIELDS):
         raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, got {model!r:.80}")
     for name, value in model.items():
-        accept, expected = (_number(lambda v: 0 <= v < 1, "a number in [0, 1)") if name == "dropout"
-                            else _int(1, CONFIG_CAPS[name]))
+        accept, expected = {"dropout": _number(lambda v: 0 <= v < 1, "a number in [0, 1)"),
+                            "positional": (lambda v: v in ("sinusoidal", "learned"), '"sinusoidal" or "learned"'),
+                            "norm_first": _BOOL}.get(name) or _int(1, CONFIG_CAPS[name])
         if not accept(value):
             raise ValueError(f"{where}: settings.model.{name} must be {expected}, got {value!r:.60}")
     return dict(model)

@@ -75,6 +75,11 @@ def _add_train(sub) -> None:
     t.add_argument("--heads", type=_positive_int, help="attention heads (overrides the preset)")
     t.add_argument("--layers", type=_positive_int, help="encoder and decoder layers each (overrides the preset)")
     t.add_argument("--d-ff", type=_positive_int, help="feed-forward width (overrides the preset)")
+    t.add_argument("--d-k", type=_positive_int, help="size of each attention head (default d_model / heads)")
+    t.add_argument("--positional", choices=("sinusoidal", "learned"),
+                   help="position information: the paper's sinusoids (default) or a learned table")
+    t.add_argument("--norm-first", action="store_const", const=True, default=None,
+                   help="pre-LN sublayers, x + Sublayer(LayerNorm(x)), instead of the paper's post-LN")
     t.add_argument("--vocab-size", type=_positive_int, help="BPE vocabulary size (multi30k)")
     t.add_argument("--eval-every", type=_positive_int, help="evaluate every so many steps")
     t.add_argument("--save-every", type=_positive_int, help="save a checkpoint every so many steps")
