@@ -25,7 +25,7 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, train
+from retrieval import QUICK_RETRIEVAL, RETRIEVAL, run_grid
 
 NAME = "attention_variants"
 LABELS = {"dot": "dot product, unscaled", "scaled": "dot product / sqrt(d_k)", "additive": "additive"}
@@ -34,14 +34,7 @@ QUICK = dict(QUICK_RETRIEVAL, kinds=["dot", "scaled", "additive"], d_ks=[4, 16],
 
 
 def run(s, progress=True) -> dict:
-    jobs = [(kind, d_k, seed) for d_k in s["d_ks"] for kind in s["kinds"] for seed in s["seeds"]]
-    bar = common.progress(len(jobs) * s["steps"], "attention variants", disable=not progress)
-    runs = []
-    for kind, d_k, seed in jobs:
-        bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
-        runs.append(train(kind, d_k, seed, s, bar))
-    bar.close()
-    return {"runs": runs, "summary": aggregate(runs, s["kinds"], s["d_ks"]), "labels": LABELS}
+    return run_grid(s, "attention variants", LABELS, progress)
 
 
 def figures(payload) -> dict:

@@ -21,7 +21,7 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, train
+from retrieval import QUICK_RETRIEVAL, RETRIEVAL, run_grid
 
 NAME = "no_softmax"
 LABELS = {"scaled": "softmax(S)", "raw": "S (no softmax)", "normalised": "S / (sum|S| + 1)"}
@@ -30,14 +30,7 @@ QUICK = dict(QUICK_RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16
 
 
 def run(s, progress=True) -> dict:
-    jobs = [(kind, d_k, seed) for d_k in s["d_ks"] for kind in s["kinds"] for seed in s["seeds"]]
-    bar = common.progress(len(jobs) * s["steps"], "no softmax", disable=not progress)
-    runs = []
-    for kind, d_k, seed in jobs:
-        bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
-        runs.append(train(kind, d_k, seed, s, bar))
-    bar.close()
-    return {"runs": runs, "summary": aggregate(runs, s["kinds"], s["d_ks"]), "labels": LABELS}
+    return run_grid(s, "no softmax", LABELS, progress)
 
 
 def figures(payload) -> dict:

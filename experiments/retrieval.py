@@ -11,7 +11,7 @@ import time
 import tracemalloc
 
 import numpy
-from common import summary
+from common import progress, summary
 from models import Retrieval, retrieval_batch
 
 import minitransformer as mt
@@ -108,3 +108,16 @@ def aggregate(runs: list, kinds, d_ks) -> dict:
                 "score_grad_at_init": float(numpy.mean([r["score_grad"][0] for r in group])),
                 "step": group[0]["step"], "mean_curves": curve}
     return out
+
+
+def run_grid(s: dict, title: str, labels: dict, show_progress: bool = True) -> dict:
+    """Train every (kind, d_k, seed) of the settings ``s``, one progress bar over all their steps; the runs, their
+    summary per kind and d_k, and the labels of the kinds."""
+    jobs = [(kind, d_k, seed) for d_k in s["d_ks"] for kind in s["kinds"] for seed in s["seeds"]]
+    bar = progress(len(jobs) * s["steps"], title, disable=not show_progress)
+    runs = []
+    for kind, d_k, seed in jobs:
+        bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
+        runs.append(train(kind, d_k, seed, s, bar))
+    bar.close()
+    return {"runs": runs, "summary": aggregate(runs, s["kinds"], s["d_ks"]), "labels": labels}

@@ -970,55 +970,6 @@ def test_a_fast_float32_step_stays_in_float32(name, request):
     assert {k: a.dtype for k, a in arrays.items() if a.dtype != np.float32} == {}
 
 
-@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_fast_adam_on_a_device_equals_numpy(device, weight_decay, request, float64):
-    """On a GPU the fast Adam keeps m and v of all parameters of a dtype in one flat array and steps them
-    all at once. Same numbers as NumPy's chunked update: exactly on the fake, to rounding on CuPy; two
-    dtypes; p.grad untouched; the state saved mid-run (host arrays) and loaded into a fresh optimiser
-    (into the flat arrays' views) continues the same."""
-    xp = request.getfixturevalue("cupy_gpu") if device == "cupy" else fakecupy
-    tol = TOLERANCE[device]
-    shapes = [(3, 5), (7,), (2, 3, 4), (4, 1)]
-
-    def build(on_device):
-        rng = np.random.default_rng(3)
-        params = [mt.Parameter(rng.normal(size=s)) for s in shapes]
-        params[1] = mt.Parameter(params[1].data.astype(np.float32))      # a second dtype: its own flat arrays
-        if on_device:
-            mt.set_backend(xp)
-            params = [mt.Parameter(xp.asarray(p.data)) for p in params]
-        return params, mt.fast.Adam(params, lr=1e-2, weight_decay=weight_decay)
-
-    rng = np.random.default_rng(7)
-    draws = [[rng.normal(size=s) for s in shapes] for _ in range(3)]      # the gradients of three steps
-
-    def run(params, opt, grad_sets):
-        for grad_set in grad_sets:
-            for p, g in zip(params, grad_set):
-                p.grad[...] = mt.backend.asarray(g.astype(p.data.dtype))
-            grads = [mt.to_numpy(p.grad).copy() for p in params]
-            opt.step()
-            for p, g in zip(params, grads):
-                np.testing.assert_array_equal(mt.to_numpy(p.grad), g)
-
-    use("numpy")                                                           # the reference, whatever the session's
-    ref_params, ref_opt = build(on_device=False)
-    run(ref_params, ref_opt, draws)                                        # three steps on NumPy
-    params, opt = build(on_device=True)
-    run(params, opt, draws[:2])                                            # two on the device, then saved
-    saved = opt.state_dict()
-    params2, opt2 = build(on_device=True)
-    for p2, p in zip(params2, params):
-        p2.data[...] = p.data
-    opt2.load_state_dict(saved)
-    run(params2, opt2, draws[2:])                                          # the third step, after loading
-    for p, q in zip(ref_params, params2):
-        assert q.data.dtype == p.data.dtype
-        np.testing.assert_allclose(mt.to_numpy(q.data), p.data, **tol)
-    for key, value in ref_opt.state_dict().items():
-        np.testing.assert_allclose(opt2.state_dict()[key], value, **tol)
-
-
 def test_packed_attention_gradcheck_on_the_device(device, float64):
     """Packing's row index lives on the device (built from host ids, copied once); gradcheck moves the host
     rows there."""

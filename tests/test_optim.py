@@ -236,16 +236,21 @@ def test_load_state_dict_rejects_a_mismatch():
 
 # ------------------------------------------------------------------------------------------ CuPy
 
+@pytest.mark.parametrize("tier", ["core", "fast"])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
 @pytest.mark.parametrize("device", ["fakecupy", "cupy"])
-def test_adam_on_a_device_equals_numpy(device, weight_decay, request):
+def test_adam_on_a_device_equals_numpy(device, weight_decay, tier, request):
     """Adam on a device backend gives NumPy's numbers: exactly on the fake (NumPy underneath), to rounding on
     CuPy; parameters of two dtypes; weight decay leaves p.grad as it was; the state saved mid-run (host
-    arrays) and loaded into a fresh optimiser on the device continues the same."""
+    arrays) and loaded into a fresh optimiser on the device continues the same. The fast Adam keeps m and v
+    of all parameters of a dtype in one flat array on a device (the state loads into views of it)."""
     import fakecupy
+    from devices import TOLERANCE, use
 
     xp = request.getfixturevalue("cupy_gpu") if device == "cupy" else fakecupy
-    tol = {"rtol": 0, "atol": 0} if device == "fakecupy" else {"rtol": 1e-12, "atol": 1e-14}
+    Adam = optim.Adam if tier == "core" else mt.fast.Adam
+    tol = TOLERANCE[device] if tier == "fast" else \
+        {"rtol": 0, "atol": 0} if device == "fakecupy" else {"rtol": 1e-12, "atol": 1e-14}
     shapes = SHAPES + [(4, 1)]
 
     def build(on_device):
@@ -254,7 +259,7 @@ def test_adam_on_a_device_equals_numpy(device, weight_decay, request):
         if on_device:
             mt.set_backend(xp)
             params = [mt.Parameter(xp.asarray(p.data)) for p in params]
-        return params, optim.Adam(params, lr=1e-2, weight_decay=weight_decay)
+        return params, Adam(params, lr=1e-2, weight_decay=weight_decay)
 
     rng = np.random.default_rng(7)
     draws = [random_grads(rng, shapes=shapes) for _ in range(3)]        # the gradients of three steps
@@ -268,6 +273,7 @@ def test_adam_on_a_device_equals_numpy(device, weight_decay, request):
             for p, g in zip(params, grads):                                # p.grad untouched by the update
                 np.testing.assert_array_equal(mt.to_numpy(p.grad), g)
 
+    use("numpy")                                                           # the reference, whatever the session's
     ref_params, ref_opt = build(on_device=False)
     run(ref_params, ref_opt, draws)                                        # three steps on NumPy
     params, opt = build(on_device=True)
