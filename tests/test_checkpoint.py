@@ -83,6 +83,29 @@ def test_round_trip_gives_identical_logits_and_state(saved):
     assert sched2.state_dict() == sched.state_dict()
 
 
+@pytest.mark.parametrize("switches", [{"positional": "learned"}, {"d_k": 3}, {"norm_first": True},
+                                      {"positional": "learned", "d_k": 5, "norm_first": True}])
+def test_round_trip_of_the_table3_switches(tmp_path, switches):
+    """Learned positions (a trained table per side), a head size apart from d_model / h, pre-LN: the checkpoint
+    holds the config and every weight, and the model rebuilt from it computes the same logits."""
+    mt.manual_seed(3)
+    config = TransformerConfig(11, 13, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                               d_ff=12, dropout=0.0, max_len=16, **switches)
+    model, src, tgt_in = Transformer(config), np.array([[4, 5, 6], [7, 8, 0]]), np.array([[1, 4, 5], [1, 9, 0]])
+    for p in model.parameters():                       # weights unlike any fresh model's
+        p.data += np.asarray(0.1 * np.random.default_rng(1).standard_normal(p.data.shape), p.data.dtype)
+    path = str(tmp_path / "switches.npz")
+    ck.save_checkpoint(path, weights=model.state_dict(), config=config.to_dict())
+    loaded = ck.load_checkpoint(path)
+    assert {k: loaded.config[k] for k in switches} == switches
+    other = Transformer(TransformerConfig.from_dict(loaded.config))
+    assert sorted(other.state_dict()) == sorted(model.state_dict())
+    other.load_state_dict(loaded.weights)
+    model.eval()
+    other.eval()
+    np.testing.assert_array_equal(other(src, tgt_in), model(src, tgt_in))
+
+
 def test_nested_state_keeps_types(tmp_path):
     path = str(tmp_path / "c.npz")
     state = {"lr": 0.1, "t": np.int64(3), "f32": np.float32(0.5), "zero_d": np.zeros(()), "betas": (0.9, 0.98),
