@@ -104,8 +104,8 @@ def markdown_table(table: dict, s: dict) -> str:
     """The table shaped like the paper's, mean +- standard deviation over the seeds, the paper's row beside."""
     base = table.get("base")
     lines = [f"Table 3 on the {s['task']} corpus, {s['steps']} steps, {len(s['seeds'])} seeds (mean +- std)",
-             "| row | change | params | PPL (valid) | BLEU (valid) | train s | dBLEU vs base | paper's row | paper PPL "
-             "| paper BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]
+             ("| row | change | params | PPL (valid) | BLEU (valid) | train s | dBLEU vs base | paper's row "
+              "| paper PPL | paper BLEU |"), "|---|---|---|---|---|---|---|---|---|---|"]
     for name, t in table.items():
         change = ", ".join(f"{k}={v}" for k, v in t["changes"].items()) or "-"
         delta = f"{t['bleu']['mean'] - base['bleu']['mean']:+.1f}" if base and name != "base" else ""

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
 import table3  # experiments/ is not a package: its scripts import each other by name
 import training
-from minitransformer.cli.task_data import TRANSLATION_MAX_LEN
 from test_experiments import pngs, run_script
+
+from minitransformer.cli.task_data import TRANSLATION_MAX_LEN
 
 
 class FixedLogits:

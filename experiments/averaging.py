@@ -1,0 +1,158 @@
+"""Checkpoint averaging (§6.1), measured through the command line: the last checkpoint against the average of
+the last 2, 5 and 10.
+
+The paper: "For the base models, we used a single model obtained by averaging the last 5 checkpoints, which
+were written at 10-minute intervals. For the big models, we averaged the last 20 checkpoints." Here each seed
+runs the commands a reader would type:
+
+    minitransformer train --task toy --steps 1000 --save-every 25 --keep 40 --eval-every 1000 --out DIR \\
+        --no-plots --no-progress --seed S
+    minitransformer evaluate --checkpoint DIR/checkpoint-STEP.npz --split test --average M
+
+for M = 1 (the checkpoint itself), 2, 5, 10, at STEP = 400 and 600 (budgets where the model has not yet
+saturated) and 1000 (the toy default's convergence, valid BLEU 99), and reads the BLEU from the JSON evaluate
+writes. A checkpoint file named by its step makes evaluate average the M files ending there; the Noam schedule
+does not depend on the step limit, so the files up to step 600 of this run are those a 600-step run writes,
+and one run per seed serves every budget (hence --keep 40, every file of the run, instead of the last 10).
+--eval-every 1000 keeps the default's early stop at valid BLEU 99 from ending a run before its last budget.
+Saving every 25 steps, the last 10 files span 225 steps: about a fifth of the run, where the paper's last 5 of
+the base model span 40 minutes of its 12 hours.
+
+Besides, every file from step 200 on is scored alone (evaluate --average 1): the BLEU curve the averages are set
+against. Averages and the last file come from the same run, so each seed's gain (average minus last) is paired.
+
+    python experiments/averaging.py            # about 8 minutes on 2 CPU cores
+    python experiments/averaging.py --quick    # seconds
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import common  # first: it sets the BLAS threads before NumPy loads
+import training
+
+from minitransformer import cli
+
+NAME = "averaging"
+
+# 4 seeds, not 3: two cores train two seeds at a time, so a fourth costs no more time than the third.
+SETTINGS = {"task": "toy", "steps": 1000, "save_every": 25, "keep": 40, "budgets": [400, 600, 1000],
+            "averages": [1, 2, 5, 10], "curve_from": 200, "seeds": [0, 1, 2, 3], "limit": None}
+QUICK = {"task": "toy", "steps": 8, "save_every": 2, "keep": 4, "budgets": [4, 8], "averages": [1, 2],
+         "curve_from": 6, "seeds": [0], "limit": 20}
+
+
+def command(argv: list) -> str:
+    """Run ``minitransformer ARGV`` in this process; its printed output (returned) is kept out of the
+    experiment's. A failed command raises, with what it printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = cli.main([str(a) for a in argv])
+    if code != 0:
+        raise RuntimeError(f"minitransformer {' '.join(map(str, argv))} exited with {code}:\n{printed.getvalue()}")
+    return printed.getvalue()
+
+
+def evaluate(folder: Path, step: int, average: int, limit=None) -> dict:
+    """``minitransformer evaluate`` of the average of the last ``average`` checkpoints up to ``step``: its JSON
+    (bleu, the checkpoint files used, ...) with the steps of those files added."""
+    path = folder / f"eval-{step}-{average}.json"
+    command(["evaluate", "--checkpoint", folder / f"checkpoint-{step}.npz", "--split", "test", "--average",
+             average, "--json", path] + ([] if limit is None else ["--limit", limit]))
+    result = json.loads(path.read_text(encoding="utf-8"))
+    used = result["checkpoint"] if isinstance(result["checkpoint"], list) else [result["checkpoint"]]
+    result["steps"] = [int(Path(f).stem.split("-")[1]) for f in used]
+    return result
+
+
+def run_one(job: tuple) -> dict:
+    """Train one seed with the command line, then evaluate every (budget, M) and the single-file curve."""
+    s, seed = job
+    with tempfile.TemporaryDirectory(prefix="averaging-") as tmp:
+        folder = Path(tmp) / f"seed{seed}"
+        command(["train", "--task", s["task"], "--steps", s["steps"], "--save-every", s["save_every"],
+                 "--keep", s["keep"], "--eval-every", s["steps"], "--out", folder, "--no-plots",
+                 "--no-progress", "--seed", seed] + ([] if s["limit"] is None else ["--limit", s["limit"]]))
+        metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+        bleu = {str(steps): {str(m): evaluate(folder, steps, m, s["limit"]) for m in s["averages"]}
+                for steps in s["budgets"]}
+        curve = {step: evaluate(folder, step, 1, s["limit"])["bleu"]
+                 for step in range(s["save_every"], s["steps"] + 1, s["save_every"]) if step >= s["curve_from"]}
+    return {"seed": seed, "train_seconds": metrics["train_seconds"], "steps": metrics["steps"],
+            "train_bleu_at_end": metrics["bleu"],   # the test BLEU the train command printed: evaluate's M=1 at the end
+            "bleu": {b: {m: e["bleu"] for m, e in by_m.items()} for b, by_m in bleu.items()},
+            "averaged_steps": {b: {m: e["steps"] for m, e in by_m.items()} for b, by_m in bleu.items()},
+            "curve": {"step": list(curve), "bleu": list(curve.values())}}
+
+
+def gains(runs: list, budget: int, average: int) -> list:
+    """Per seed: BLEU of the average of the last ``average`` checkpoints minus the last one's, at ``budget``."""
+    return [r["bleu"][str(budget)][str(average)] - r["bleu"][str(budget)]["1"] for r in runs]
+
+
+def run(s, progress=True) -> dict:
+    with common.progress(len(s["seeds"]), "averaging runs (train + evaluate)", disable=not progress) as bar:
+        runs = training.run_many(run_one, [(s, seed) for seed in s["seeds"]], progress=bar)
+    table = [{"steps": b, "average": m, "bleu": common.summary([r["bleu"][str(b)][str(m)] for r in runs]),
+              "gain": common.summary(gains(runs, b, m)), "gain_per_seed": gains(runs, b, m),
+              "averaged_steps": runs[0]["averaged_steps"][str(b)][str(m)]}
+             for b in s["budgets"] for m in s["averages"]]
+    print(markdown_table(table, s))
+    return {"runs": runs, "table": table,
+            "train_seconds": common.summary([r["train_seconds"] for r in runs])}
+
+
+def markdown_table(table: list, s: dict) -> str:
+    title = (f"Checkpoint averaging on the {s['task']} corpus, test BLEU, {len(s['seeds'])} seeds, a checkpoint "
+             f"every {s['save_every']} steps")
+    header = ("| steps | checkpoints averaged | their steps | BLEU (mean +- std) | min .. max | "
+              "gain over the last (mean +- std) | gain per seed |")
+    lines = [title, header, "|---:|---:|---|---|---|---|---|"]
+    for row in table:
+        steps = row["averaged_steps"]
+        span = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+        per_seed = ", ".join(f"{g:+.2f}" for g in row["gain_per_seed"])
+        lines.append(f"| {row['steps']} | {row['average']} | {span} | {row['bleu']['mean']:.2f} +- "
+                     f"{row['bleu']['std']:.2f} | {row['bleu']['min']:.2f} .. {row['bleu']['max']:.2f} | "
+                     f"{row['gain']['mean']:+.2f} +- {row['gain']['std']:.2f} | {per_seed} |")
+    return "\n".join(lines)
+
+
+def figures(payload) -> dict:
+    s, res = payload["settings"], payload["results"]
+    budgets, averages = s["budgets"], s["averages"]
+    fig, axes = common.new_figure(len(budgets) + 1, width=3.6, height=3.3)
+
+    # The single checkpoints' BLEU along training, a line per seed; each budget's averaging window shaded.
+    for i, r in enumerate(res["runs"]):
+        axes[0].plot(r["curve"]["step"], r["curve"]["bleu"], color=f"C{i}", lw=1, label=f"seed {r['seed']}")
+    for b in budgets:
+        widest = next(row for row in res["table"] if row["steps"] == b and row["average"] == max(averages))
+        axes[0].axvspan(widest["averaged_steps"][0], b, color="grey", alpha=0.15)
+    axes[0].set(xlabel="step", ylabel="test BLEU of the checkpoint alone",
+                title=f"single checkpoints (shaded: the last {max(averages)})")
+    axes[0].legend(fontsize=7)
+
+    # BLEU against the number of checkpoints averaged, a line per seed (paired), the mean in black.
+    for ax, b in zip(axes[1:], budgets):
+        for i, r in enumerate(res["runs"]):
+            ax.plot(averages, [r["bleu"][str(b)][str(m)] for m in averages], "o-", color=f"C{i}", ms=3, lw=1,
+                    alpha=0.7)
+        ax.plot(averages, [next(row["bleu"]["mean"] for row in res["table"] if row["steps"] == b and
+                                row["average"] == m) for m in averages], "s-", color="k", ms=4, label="mean")
+        ax.set(xlabel="checkpoints averaged (1: the last)", ylabel="test BLEU", title=f"{b} steps",
+               xticks=averages)
+        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    return {"bleu": fig}
+
+
+if __name__ == "__main__":
+    common.main(sys.modules[__name__])
