@@ -12,14 +12,19 @@ Two generators, both seeded by ``manual_seed``:
 - ``host_rng()``   a NumPy Generator on the CPU. Parameter initialisation and data shuffling use it,
                    so the same seed gives the same weights on NumPy and on CuPy.
 - ``device_rng()`` a Generator of the active backend. Dropout masks are drawn with it, on the device
-                   where the activations live (no host-to-device copy per step).
+                   where the activations live (no host-to-device copy per step). A thread inside
+                   ``thread_device_rng(gen)`` draws from gen instead: threads that run parts of one step
+                   at once (``fast.DataParallel``) each draw from their own, so the masks do not depend
+                   on which thread happens to draw first.
 
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import types
 
 import numpy
@@ -42,6 +47,7 @@ class _State:
 
 
 _state = _State()
+_thread = threading.local()         # .device_rng: this thread's own dropout generator (thread_device_rng)
 
 
 # ----------------------------------------------------------------------------- namespace
@@ -142,8 +148,19 @@ def host_rng() -> numpy.random.Generator:
 
 
 def device_rng():
-    """Generator of the active backend, for dropout masks."""
-    return _state.device_rng
+    """Generator of the active backend, for dropout masks: this thread's own inside ``thread_device_rng``."""
+    return getattr(_thread, "device_rng", None) or _state.device_rng
+
+
+@contextlib.contextmanager
+def thread_device_rng(rng):
+    """Inside the block, ``device_rng()`` in this thread returns rng (other threads are not affected)."""
+    before = getattr(_thread, "device_rng", None)
+    _thread.device_rng = rng
+    try:
+        yield rng
+    finally:
+        _thread.device_rng = before
 
 
 def get_rng_state() -> dict:

@@ -5,6 +5,8 @@ One training step, nothing hidden:
     logits = model(src, tgt_in)                 forward, caches what backward needs      (B,T,V)
     loss = loss_fn(logits, tgt_out)             mean over the non-pad target tokens
     model.backward(loss_fn.backward())          every Parameter.grad filled (+=)
+                                                (with ``parallel``: the same two lines, the batch split
+                                                across worker threads, see ``fast.DataParallel``)
     clip_grad_norm(params, clip_norm)           optional; the norm is also the non-finite check
     scheduler.step(); optimizer.step()          lr for this step, then the update
 
@@ -148,6 +150,8 @@ class Trainer:
     on_nonfinite "stop": raise NonFiniteError at a NaN/inf loss or gradient; "skip": drop that step
     max_skips    with "skip": raise NonFiniteError after this many dropped steps in a row (default 100)
     progress     show a tqdm progress bar with loss, tokens/s and lr
+    parallel     a ``fast.DataParallel(model, loss_fn, workers)``: each step's forward and backward run with
+                 the batch split across its workers (the same loss and gradients); None: on the whole batch
     config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
 
     After ``fit``: ``stop_reason`` says why it stopped ("target", "max_steps", "max_epochs", "max_seconds"),
@@ -162,7 +166,7 @@ class Trainer:
                  target: float | None = None, checkpoint_dir=None, save_every: int | None = None, keep: int = 5,
                  on_nonfinite: str = "stop", progress: bool = True, config: dict | None = None,
                  tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100,
-                 metric_name: str = "metric", metric_format=None):
+                 metric_name: str = "metric", metric_format=None, parallel=None):
         for name, value in (("max_steps", max_steps), ("max_epochs", max_epochs), ("eval_every", eval_every),
                             ("save_every", save_every)):
             if value is not None:
@@ -192,6 +196,10 @@ class Trainer:
             raise TypeError(f"Trainer: metric_fn must be callable(model) -> float, got {type(metric_fn).__name__}")
         if save_every is not None and checkpoint_dir is None:
             raise ValueError("Trainer: save_every needs a checkpoint_dir to save into")
+        if parallel is not None and (getattr(parallel, "model", None) is not model
+                                     or getattr(parallel, "loss_fn", None) is not loss_fn):
+            raise ValueError(f"Trainer: parallel must be a DataParallel over this trainer's model and loss_fn "
+                             f"(DataParallel(model, loss_fn, workers)), got {parallel!r:.80}")
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_data = _as_source(train_data, "train_data")
         if valid_data is not None and not hasattr(valid_data, "__iter__"):
@@ -202,7 +210,7 @@ class Trainer:
         self.eval_every, self.metric_fn, self.target = _int(eval_every), metric_fn, target
         self.metric_name, self.metric_format = metric_name, metric_format or "{:.4f}".format
         self.save_every, self.on_nonfinite, self.max_skips = _int(save_every), on_nonfinite, int(max_skips)
-        self.progress = progress
+        self.progress, self.parallel = progress, parallel
         self.config, self.tokenizers, self.extra = config, dict(tokenizers or {}), dict(extra or {})
         self.checkpoints = None if checkpoint_dir is None else CheckpointManager(checkpoint_dir, keep=keep)
         # True once this trainer resumed from checkpoint_dir or saved into it: its checkpoints are then this run's
@@ -226,12 +234,18 @@ class Trainer:
         """One optimiser step on one batch. Returns the loss, or None if the step was skipped (non-finite)."""
         src, tgt_in, tgt_out, _ = unpack_batch(batch, self.pad_id)
         self.optimizer.zero_grad()
-        logits = self.model(src, tgt_in)                       # (B,T,V)
-        loss = self.loss_fn(logits, tgt_out)
+        if self.parallel is None:
+            logits = self.model(src, tgt_in)                   # (B,T,V)
+            loss = self.loss_fn(logits, tgt_out)
+        else:
+            loss = self.parallel.forward(src, tgt_in, tgt_out)    # the same loss, the batch split across workers
         if not math.isfinite(loss):
             self.model.train()                                 # drop the forward's caches (no backward follows)
             return self._nonfinite("loss", loss)
-        self.model.backward(self.loss_fn.backward())           # fills every .grad
+        if self.parallel is None:
+            self.model.backward(self.loss_fn.backward())       # fills every .grad
+        else:
+            self.parallel.backward()                           # fills every .grad of model
         with numpy.errstate(invalid="ignore", over="ignore"):     # a NaN/inf norm is reported just below
             norm = clip_grad_norm(self.params, self.clip_norm) if self.clip_norm else _grad_norm(self.params)
         if not math.isfinite(norm):

@@ -563,7 +563,7 @@ def test_a_refused_resume_changes_nothing(api_checkpoint, tmp_path, crafted):
     assert_unchanged(before, snapshot(trainer))
 
 
-def test_a_run_saved_before_d_k_positional_and_reference_existed_still_resumes(run, capsys):
+def test_a_run_saved_before_d_k_positional_reference_and_workers_existed_still_resumes(run, capsys):
     """The checks refuse crafted files, not older ones: a run saved without the config fields and the setting
     added since (their defaults then) loads, translates and resumes."""
     out, arrays = run
@@ -571,10 +571,12 @@ def test_a_run_saved_before_d_k_positional_and_reference_existed_still_resumes(r
     for key in ("d_k", "positional"):
         del meta["config"][key]
     del meta["extra"]["settings"]["reference"]
+    del meta["extra"]["settings"]["workers"]
     replace_latest(out, with_meta(arrays, meta))
     assert main(["translate", "--checkpoint", out, "4 5 6"]) == 0
     assert main(["train", "--task", "copy", "--out", out, "--resume", "--steps", "5", "--no-progress"]) == 0
     assert ck.load_checkpoint(os.path.join(out, ck.LATEST)).step == 5
+    assert json.loads(Path(out, "metrics.json").read_text())["workers"] == 1   # as it was trained
 
 
 def test_the_checkpoint_the_fuzz_mutates_resumes(api_checkpoint):

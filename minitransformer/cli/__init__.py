@@ -18,9 +18,12 @@ removes the earlier run's files instead, once the new run's config, data and mod
 ``train`` builds the fast tier's model (``mt.fast.Transformer``); ``train --reference`` the readable core
 (``mt.Transformer``), to step through a run; metrics.json says which ("tier"), and a resumed run keeps
 its own. Both save the same state_dict, and ``translate`` and ``evaluate`` load any checkpoint into the fast tier.
+``train --workers N`` (default 2; 1 with --reference) splits every batch across N threads, each with a replica
+of the model (``fast.DataParallel``): the same loss and gradients; a resumed run keeps its count, which
+decides its dropout masks.
 
 BLAS threads: train, translate and evaluate choose them for the model (``common.choose_blas_threads``): one
-for a model narrower than 256 (its products are small, and a second OpenBLAS thread fighting another process
+per worker when training with several, else one for a model narrower than 256 (its products are small, and a second OpenBLAS thread fighting another process
 for a core makes a step several times slower), the BLAS default (one per core) for wider ones. A count in
 OPENBLAS_NUM_THREADS or OMP_NUM_THREADS wins; ``train`` prints the count and stores it in metrics.json.
 

@@ -47,22 +47,26 @@ def model_class(reference: bool):
 ONE_BLAS_THREAD_BELOW = 256
 
 
-def choose_blas_threads(config) -> dict:
+def choose_blas_threads(config, workers: int = 1) -> dict:
     """Set the BLAS threads for this model's products, unless the user's OPENBLAS_NUM_THREADS (or
-    OMP_NUM_THREADS) chose. -> {"blas_threads": the count in force (None where the BLAS is not OpenBLAS),
+    OMP_NUM_THREADS) chose: one with several workers (they keep the cores busy already), else by the width.
+    -> {"blas_threads": the count in force (None where the BLAS is not OpenBLAS),
     "blas_threads_set_by": "minitransformer" | "the BLAS default" | the variable | "unknown (not OpenBLAS)"}"""
-    wanted = 1 if config.d_model < ONE_BLAS_THREAD_BELOW else None
+    wanted = 1 if workers > 1 or config.d_model < ONE_BLAS_THREAD_BELOW else None
     count, why = use_blas_threads(wanted)
     set_by = {"chosen": "minitransformer", "default": "the BLAS default",
               "unknown": "unknown (not OpenBLAS)"}.get(why, why)
     return {"blas_threads": count, "blas_threads_set_by": set_by}
 
 
-def describe_blas_threads(choice: dict, config) -> str:
+def describe_blas_threads(choice: dict, config, workers: int = 1) -> str:
     """One line for a run's header: the BLAS threads and who chose them."""
     count, set_by = choice["blas_threads"], choice["blas_threads_set_by"]
     if count is None:
         return "BLAS threads: the library's own setting (not OpenBLAS; OMP_NUM_THREADS or MKL_NUM_THREADS sets it)"
+    if set_by == "minitransformer" and workers > 1:
+        return (f"BLAS threads: {count}, for each of the {workers} workers (they keep the cores busy already); "
+                f"OPENBLAS_NUM_THREADS=N sets another count")
     if set_by == "minitransformer":
         return (f"BLAS threads: {count}, chosen for d_model {config.d_model} < {ONE_BLAS_THREAD_BELOW} (products "
                 f"this small gain nothing from more); OPENBLAS_NUM_THREADS=N sets another count")

@@ -45,7 +45,13 @@ MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads
 # The other `train` options that become settings of the same name when given.
 _SETTING_OPTIONS = ("seed", "max_minutes", "target", "batch_size", "max_tokens", "lr_factor", "warmup",
                     "label_smoothing", "clip_norm", "vocab_size", "eval_every", "save_every", "keep", "heldout",
-                    "beam_size", "data_dir", "on_nonfinite", "progress", "plots", "limit", "reference")
+                    "beam_size", "data_dir", "on_nonfinite", "progress", "plots", "limit", "reference", "workers")
+
+# Every task trains with the batch split across two worker threads (fast.DataParallel), one per core of the
+# 2-core machines this project measures on (benchmarks/bench_parallel.py): the toy task's steps ~1.4x faster
+# than on one model, the small and base presets' ~1.1-1.2x faster than one model with two BLAS threads. The
+# reference tier trains on one, so that a run can be stepped through.
+WORKERS = 2
 
 
 def task_settings(args) -> dict:
@@ -54,7 +60,7 @@ def task_settings(args) -> dict:
     s = {k: v for k, v in d.items() if k != "model"}
     s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"), keep=5,
              heldout=1000, beam_size=1, on_nonfinite="stop", progress=True, plots=True, preset=d["preset"],
-             model=dict(d["model"]), data_dir=None, limit=None, reference=False)
+             model=dict(d["model"]), data_dir=None, limit=None, reference=False, workers=None)
     if args.preset is not None:
         s["preset"], s["model"] = args.preset, {}
     for key in _SETTING_OPTIONS:
@@ -71,6 +77,8 @@ def task_settings(args) -> dict:
             s["model"][field] = value
     if args.layers is not None:
         s["model"]["num_decoder_layers"] = args.layers            # --layers sets both stacks
+    if s["workers"] is None:
+        s["workers"] = 1 if s["reference"] else WORKERS
     return s
 
 
@@ -105,12 +113,13 @@ SETTING_RULES = {
     "clip_norm": _POSITIVE, "vocab_size": _int(1, CONFIG_CAPS["src_vocab_size"]), "eval_every": _int(1, MAX_COUNT),
     "save_every": _int(1, MAX_COUNT), "keep": _int(1, 10 ** 6), "heldout": _int(1, 100_000),
     "beam_size": _int(1, 100), "limit": _int(1, MAX_COUNT), "data_dir": (lambda v: isinstance(v, str), "a path"),
-    "progress": _BOOL, "plots": _BOOL, "reference": _BOOL,
+    "progress": _BOOL, "plots": _BOOL, "reference": _BOOL, "workers": _int(1, 1024),
 }
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
                "limit", "data_dir")
 MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers")
-OPTIONAL_SAVED = ("reference",)     # runs saved before --reference existed were fast-tier runs
+# Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1).
+OPTIONAL_SAVED = ("reference", "workers")
 
 
 def saved_setting_names(task: str) -> set:

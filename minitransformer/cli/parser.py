@@ -56,6 +56,10 @@ def _add_train(sub) -> None:
     t.add_argument("--reference", action="store_true", default=None,
                    help="train the readable core model (mt.Transformer) instead of the fast tier's "
                         "(mt.fast.Transformer), for a student who wants to step through a run")
+    t.add_argument("--workers", type=_positive_int, default=None,
+                   help="threads that each run a part of every batch on a replica of the model, with one BLAS "
+                        "thread each: the same loss and gradients, other dropout masks (default 2; 1 with "
+                        "--reference, to step through a run)")
     t.add_argument("--out", default=None, help="output folder (default: runs/<task>)")
     t.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (default 0)")
     stop = t.add_mutually_exclusive_group()

@@ -78,14 +78,18 @@ def cmd_train(args) -> int:
     if resume_from is not None and full_config(resume_from.config) != data.config.to_dict():
         raise CLIError(f"--resume: {resume_from.path} does not hold the model its saved settings describe "
                        f"(its config is {'missing' if resume_from.config is None else 'another'})")
-    threads = choose_blas_threads(data.config)
-    trainer = _build_trainer(settings, data, out)
+    workers = _workers(settings)
+    threads = choose_blas_threads(data.config, workers)
+    trainer = _build_trainer(settings, data, out, workers)
     _start(trainer, args, out, resume_from)
     model, config = trainer.model, data.config
     print(f"training {task}: {model.num_parameters():,} parameters, d_model={config.d_model}, "
           f"heads={config.num_heads}, layers={config.num_encoder_layers}+{config.num_decoder_layers}, "
           f"d_ff={config.d_ff} -> {out}")
-    print(describe_blas_threads(threads, config))
+    print(describe_blas_threads(threads, config, workers))
+    if workers > 1:
+        print(f"workers: {workers} threads, each running a part of every batch on a replica of the model "
+              f"(--workers 1: the whole batch on one)")
     summary = trainer.fit()
     stopped = trainer.stop_description()
     print(f"stopped: {stopped}")
@@ -96,7 +100,7 @@ def cmd_train(args) -> int:
                "valid_loss": summary["valid_loss"], "train_seconds": summary["train_seconds"],
                "train_cpu_seconds": summary["train_cpu_seconds"],
                "tokens_per_second": summary["tokens_per_second"], "stop_reason": summary["stop_reason"],
-               "stopped": stopped, "skipped_steps": summary["skipped_steps"], **threads, "seed": settings["seed"],
+               "stopped": stopped, "skipped_steps": summary["skipped_steps"], **threads, "workers": workers, "seed": settings["seed"],
                "config": config.to_dict(), "settings": settings, **scores}
     metrics["wall_seconds"] = time.perf_counter() - wall_start
     written = _write_results(out, metrics, trainer, data, example)
@@ -208,13 +212,25 @@ def _remove_earlier_run(out: str) -> list:
 
 # ============================================================================ model and training
 
-def _build_trainer(settings: dict, data, out: str) -> Trainer:
+def _workers(settings: dict) -> int:
+    """The worker threads of the run: its setting (1 for a run saved before there was one), on the CPU only (on
+    a GPU the parts would run one after another, for nothing)."""
+    return settings.get("workers", 1) if backend.get_backend() == "numpy" else 1
+
+
+def _build_trainer(settings: dict, data, out: str, workers: int = 1) -> Trainer:
     """The model of the chosen tier, the label-smoothed loss, and Adam (the paper's betas and eps) whose
-    learning rate the Noam schedule sets at every step, in a Trainer that saves into ``out``."""
+    learning rate the Noam schedule sets at every step, in a Trainer that saves into ``out``; with several
+    workers, each step's batch is split across them (``fast.DataParallel``)."""
     config = data.config
     Transformer, CrossEntropyLoss, Adam = tier(bool(settings.get("reference")))
     model = Transformer(config)
     loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
+    parallel = None
+    if workers > 1:
+        from ..fast import DataParallel
+
+        parallel = DataParallel(model, loss_fn, workers)
     optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
     return Trainer(
@@ -225,7 +241,7 @@ def _build_trainer(settings: dict, data, out: str) -> Trainer:
         checkpoint_dir=out, save_every=settings["save_every"], keep=settings["keep"],
         on_nonfinite=settings["on_nonfinite"], progress=settings["progress"], config=config.to_dict(),
         tokenizers=data.tokenizers(), extra={"task": settings["task"], "settings": settings},
-        metric_name=data.metric_name, metric_format=data.format_metric)
+        metric_name=data.metric_name, metric_format=data.format_metric, parallel=parallel)
 
 
 def _start(trainer: Trainer, args, out: str, resume_from) -> None:

@@ -5,6 +5,7 @@ overrides only what it speeds up, and each tested equal to it (tests/test_fast.p
                                          # logits and gradients (dropout 0), faster
     loss_fn = mt.fast.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
     opt = mt.fast.Adam(model.parameters(), lr=...)
+    parallel = mt.fast.DataParallel(model, loss_fn, workers=2)   # a step's batch split across threads
 
 What each trick buys, measured, is in benchmarks/RESULTS.md; notebook 10 walks through them.
 """
@@ -15,7 +16,8 @@ from .loss import CrossEntropyLoss
 from .model import FAST_TWINS, Transformer
 from .optim import Adam
 from .packing import Packing
+from .parallel import DataParallel
 from .threads import get_num_threads, parallel_map, set_num_threads
 
-__all__ = ["FAST_TWINS", "Adam", "CrossEntropyLoss", "Packing", "Transformer", "get_num_threads", "layers",
+__all__ = ["FAST_TWINS", "Adam", "CrossEntropyLoss", "DataParallel", "Packing", "Transformer", "get_num_threads", "layers",
            "parallel_map", "random_uint16", "set_num_threads", "stacked_linear", "stacked_linear_backward"]
