@@ -19,7 +19,9 @@ Each runs in a subprocess of its own, interleaved (blas, workers, torch, blas, .
 full float32 training steps (forward, label-smoothed loss, backward, Adam, zero_grad). The ratios
 workers/blas and each to torch are printed per round and as the median over rounds: on a shared machine
 the ratios within a round are the figure, and the load average printed at the start and end says how busy
-the machine was.
+the machine was. Each kind's matrix-product rate (GFLOP/s, counted as bench_step.py counts it: the padding
+skipped for ours, every position for torch) is printed as a fraction of the float32 matmul peak with the
+same cores, measured first in a process of its own.
 """
 
 from __future__ import annotations
@@ -118,7 +120,16 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def bench_preset(preset: str, cores: int, repeats: int, steps: int, kinds) -> dict:
+def step_gflop(preset: str) -> dict:
+    """GFLOP of matrix products in one step of each kind: ours skip the padding, torch's run every position."""
+    src, tgt_in, tgt_out = bench_step.make_batch(preset)
+    cfg, (B, S), T = bench_step.model_config(preset), src.shape, tgt_out.shape[1]
+    ours = bench_step.matmul_flops(bench_step.step_matmuls(cfg, B, S, T, *bench_step.packed_rows(src, tgt_in))) / 1e9
+    return {"single": ours, "blas": ours, "workers": ours,
+            "torch": bench_step.matmul_flops(bench_step.step_matmuls(cfg, B, S, T)) / 1e9}
+
+
+def bench_preset(preset: str, cores: int, repeats: int, steps: int, kinds, peak: float | None) -> dict:
     shape = bench_step.SHAPES[preset]
     print(f"\n== {preset}: batch {shape['batch']}, src {shape['src_len']}, tgt {shape['tgt_len']}, vocab "
           f"{shape['vocab']}; {steps} steps per run", flush=True)
@@ -141,6 +152,13 @@ def bench_preset(preset: str, cores: int, repeats: int, steps: int, kinds) -> di
     result["rounds"] = rounds
     print("  median: " + "   ".join(f"{k} {result[k]['median_ms']:.1f} ms" for k in kinds)
           + "".join(f"   {name} {r:.3f}" for name, r in result["ratios"].items()), flush=True)
+    gflop = step_gflop(preset)
+    for kind in kinds:
+        result[kind]["gflops"] = gflop[kind] / (result[kind]["median_ms"] / 1e3)
+        result[kind]["peak_fraction"] = None if peak is None else result[kind]["gflops"] / peak
+    if peak is not None:
+        print("  matmul GFLOP/s (% of the peak): " + "   ".join(
+            f"{k} {result[k]['gflops']:.0f} ({100 * result[k]['peak_fraction']:.0f}%)" for k in kinds), flush=True)
     return result
 
 
@@ -159,6 +177,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None, help="steps per run (default: bench_step's per preset)")
     p.add_argument("--kinds", default="blas,workers,torch",
                    help=f"comma-separated, from {','.join(KINDS)} (torch is skipped where it is not installed)")
+    p.add_argument("--no-peak", action="store_true", help="skip measuring the float32 matmul peak")
     p.add_argument("--json", default=None, help="write the results as JSON to this file")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -181,10 +200,13 @@ def main(argv=None) -> int:
         print("torch is not installed: its runs are skipped")
         kinds.remove("torch")
     print(f"{cores} cores; load average at the start {bench_step.load_average()}")
-    report = {"cores": cores, "load_start": bench_step.load_average(), "presets": {}}
+    peak = None if args.no_peak else bench_step.measure("peak", cores)["best_gflops"]
+    if peak is not None:
+        print(f"float32 matmul peak with {cores} threads: {peak:.0f} GFLOP/s")
+    report = {"cores": cores, "load_start": bench_step.load_average(), "peak_gflops": peak, "presets": {}}
     for preset in presets:
         steps = args.steps or bench_step.SHAPES[preset]["steps"]
-        report["presets"][preset] = bench_preset(preset, cores, args.repeats, steps, kinds)
+        report["presets"][preset] = bench_preset(preset, cores, args.repeats, steps, kinds, peak)
     report["load_end"] = bench_step.load_average()
     print(f"\nload average at the end {report['load_end']}")
     if args.json:

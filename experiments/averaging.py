@@ -111,17 +111,16 @@ def run(s, progress=True) -> dict:
 def markdown_table(table: list, s: dict) -> str:
     title = (f"Checkpoint averaging on the {s['task']} corpus, test BLEU, {len(s['seeds'])} seeds, a checkpoint "
              f"every {s['save_every']} steps")
-    header = ("| steps | checkpoints averaged | their steps | BLEU (mean +- std) | min .. max | "
-              "gain over the last (mean +- std) | gain per seed |")
-    lines = [title, header, "|---:|---:|---|---|---|---|---|"]
+    header = ["steps", "checkpoints averaged", "their steps", "BLEU (mean +- std)", "min .. max",
+              "gain over the last (mean +- std)", "gain per seed"]
+    rows = []
     for row in table:
         steps = row["averaged_steps"]
         span = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
-        per_seed = ", ".join(f"{g:+.2f}" for g in row["gain_per_seed"])
-        lines.append(f"| {row['steps']} | {row['average']} | {span} | {row['bleu']['mean']:.2f} +- "
-                     f"{row['bleu']['std']:.2f} | {row['bleu']['min']:.2f} .. {row['bleu']['max']:.2f} | "
-                     f"{row['gain']['mean']:+.2f} +- {row['gain']['std']:.2f} | {per_seed} |")
-    return "\n".join(lines)
+        rows.append([row["steps"], row["average"], span, common.mean_std(row["bleu"]),
+                     f"{row['bleu']['min']:.2f} .. {row['bleu']['max']:.2f}", common.mean_std(row["gain"], sign="+"),
+                     ", ".join(f"{g:+.2f}" for g in row["gain_per_seed"])])
+    return common.markdown_table(title, header, rows)
 
 
 def figures(payload) -> dict:

@@ -135,6 +135,18 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float
     return fig, axes.ravel()
 
 
+def markdown_table(title: str, header: list, rows: list) -> str:
+    """A title line, then a Markdown table: the header's names, the separator, a line of cells per row."""
+    lines = [title, "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def mean_std(summary_: dict, fmt: str = ".2f", sign: str = "") -> str:
+    """A summary's mean +- standard deviation, as the studies' tables print it."""
+    return f"{summary_['mean']:{sign}{fmt}} +- {summary_['std']:{fmt}}"
+
+
 def summary(values) -> dict:
     """Mean, standard deviation, min and max over seeds."""
     a = numpy.asarray(values, dtype=float)

@@ -111,20 +111,18 @@ def markdown_table(table: list, s: dict) -> str:
     """Mean +- standard deviation over the seeds; the paired difference from eps_ls = epsilons[0] beside."""
     title = (f"Label smoothing on the {s['task']} corpus, {len(s['seeds'])} seeds (mean +- std over seeds; "
              f"d: the paired difference from eps_ls = {s['epsilons'][0]}, mean +- std)")
-    header = ("| steps | eps_ls | perplexity (valid) | BLEU (test) | token accuracy | mean confidence | ECE | "
-              "d perplexity | d BLEU | d accuracy |")
-    lines = [title, header, "|---:|---:|---|---|---|---|---|---|---|---|"]
+    header = ["steps", "eps_ls", "perplexity (valid)", "BLEU (test)", "token accuracy", "mean confidence", "ECE",
+              "d perplexity", "d BLEU", "d accuracy"]
+    rows = []
     for row in table:
-        cells = [f"{row['ppl']['mean']:.3f} +- {row['ppl']['std']:.3f}",
-                 f"{row['bleu']['mean']:.2f} +- {row['bleu']['std']:.2f}",
-                 f"{row['token_accuracy']['mean']:.4f} +- {row['token_accuracy']['std']:.4f}",
-                 f"{row['mean_confidence']['mean']:.3f}", f"{row['ece']['mean']:.3f} +- {row['ece']['std']:.3f}"]
         d = row.get("minus_baseline")
-        cells += ["", "", ""] if d is None else [
-            f"{d['ppl']['mean']:+.3f} +- {d['ppl']['std']:.3f}", f"{d['bleu']['mean']:+.2f} +- {d['bleu']['std']:.2f}",
-            f"{d['token_accuracy']['mean']:+.4f} +- {d['token_accuracy']['std']:.4f}"]
-        lines.append(f"| {row['steps']} | {row['epsilon']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        differences = ["", "", ""] if d is None else [
+            common.mean_std(d["ppl"], ".3f", "+"), common.mean_std(d["bleu"], sign="+"),
+            common.mean_std(d["token_accuracy"], ".4f", "+")]
+        rows.append([row["steps"], row["epsilon"], common.mean_std(row["ppl"], ".3f"), common.mean_std(row["bleu"]),
+                     common.mean_std(row["token_accuracy"], ".4f"), f"{row['mean_confidence']['mean']:.3f}",
+                     common.mean_std(row["ece"], ".3f"), *differences])
+    return common.markdown_table(title, header, rows)
 
 
 def figures(payload) -> dict:

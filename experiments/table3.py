@@ -103,17 +103,17 @@ def run(s, progress=True) -> dict:
 def markdown_table(table: dict, s: dict) -> str:
     """The table shaped like the paper's, mean +- standard deviation over the seeds, the paper's row beside."""
     base = table.get("base")
-    lines = [f"Table 3 on the {s['task']} corpus, {s['steps']} steps, {len(s['seeds'])} seeds (mean +- std)",
-             ("| row | change | params | PPL (valid) | BLEU (valid) | train s | dBLEU vs base | paper's row "
-              "| paper PPL | paper BLEU |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    title = f"Table 3 on the {s['task']} corpus, {s['steps']} steps, {len(s['seeds'])} seeds (mean +- std)"
+    header = ["row", "change", "params", "PPL (valid)", "BLEU (valid)", "train s", "dBLEU vs base", "paper's row",
+              "paper PPL", "paper BLEU"]
+    rows = []
     for name, t in table.items():
         change = ", ".join(f"{k}={v}" for k, v in t["changes"].items()) or "-"
         delta = f"{t['bleu']['mean'] - base['bleu']['mean']:+.1f}" if base and name != "base" else ""
-        lines.append(f"| {t['group']} {name} | {change} | {t['params']:,} | {t['ppl']['mean']:.2f} +- "
-                     f"{t['ppl']['std']:.2f} | {t['bleu']['mean']:.1f} +- {t['bleu']['std']:.1f} | "
-                     f"{t['train_seconds']['mean']:.0f} +- {t['train_seconds']['std']:.0f} | {delta} | "
-                     f"{t['paper']['row']} | {t['paper']['ppl']:.2f} | {t['paper']['bleu']:.1f} |")
-    return "\n".join(lines)
+        rows.append([f"{t['group']} {name}", change, f"{t['params']:,}", common.mean_std(t["ppl"]),
+                     common.mean_std(t["bleu"], ".1f"), common.mean_std(t["train_seconds"], ".0f"), delta,
+                     t["paper"]["row"], f"{t['paper']['ppl']:.2f}", f"{t['paper']['bleu']:.1f}"])
+    return common.markdown_table(title, header, rows)
 
 
 def figures(payload) -> dict:
