@@ -122,11 +122,8 @@ class Worker:
 
 def step_gflop(preset: str) -> dict:
     """GFLOP of matrix products in one step of each kind: ours skip the padding, torch's run every position."""
-    src, tgt_in, tgt_out = bench_step.make_batch(preset)
-    cfg, (B, S), T = bench_step.model_config(preset), src.shape, tgt_out.shape[1]
-    ours = bench_step.matmul_flops(bench_step.step_matmuls(cfg, B, S, T, *bench_step.packed_rows(src, tgt_in))) / 1e9
-    return {"single": ours, "blas": ours, "workers": ours,
-            "torch": bench_step.matmul_flops(bench_step.step_matmuls(cfg, B, S, T)) / 1e9}
+    ours, every_position = bench_step.step_flops(bench_step.model_config(preset), *bench_step.make_batch(preset))
+    return {"single": ours / 1e9, "blas": ours / 1e9, "workers": ours / 1e9, "torch": every_position / 1e9}
 
 
 def bench_preset(preset: str, cores: int, repeats: int, steps: int, kinds, peak: float | None) -> dict:

@@ -245,6 +245,14 @@ def step_matmuls(cfg: dict, B: int, S: int, T: int, Ns: int | None = None, Nt: i
     return products
 
 
+def step_flops(cfg: dict, src, tgt_in, tgt_out) -> tuple:
+    """(FLOPs of a step's matrix products as the fast tier runs them, the padding skipped; over every position,
+    as the core and torch run them)."""
+    (B, S), T = src.shape, tgt_out.shape[1]
+    return (matmul_flops(step_matmuls(cfg, B, S, T, *packed_rows(src, tgt_in))),
+            matmul_flops(step_matmuls(cfg, B, S, T)))
+
+
 def matmul_flops(products: list) -> float:
     """2*m*k*n per (m,k)@(k,n) product, times the batch of a stacked product and the count."""
     return sum(count * 2.0 * math.prod(a) * b[-1] for count, a, b, _ in products)
@@ -605,9 +613,8 @@ def bench_preset(preset: str, threads: int, repeats: int, steps: int | None, wit
     src, tgt_in, tgt_out = make_batch(preset)
     B, S, T = src.shape[0], src.shape[1], tgt_out.shape[1]
     Ns, Nt = packed_rows(src, tgt_in)
-    every_position = matmul_flops(step_matmuls(cfg, B, S, T))
-    flops = {"fast": matmul_flops(step_matmuls(cfg, B, S, T, Ns, Nt)),  # the padding skipped
-             "core": every_position, "torch": every_position}
+    packed, every_position = step_flops(cfg, src, tgt_in, tgt_out)
+    flops = {"fast": packed, "core": every_position, "torch": every_position}
     tokens = real_tokens(src, tgt_out)
     print(f"\n== {preset}: vocab {shape['vocab']}, batch {B}, src {S}, tgt {T} ({100 * (1 - Ns / (B * S)):.0f}% "
           f"and {100 * (1 - Nt / (B * T)):.0f}% padding); d {cfg['d_model']}, "
