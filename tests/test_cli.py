@@ -427,6 +427,69 @@ def test_evaluate_average_ends_at_the_named_checkpoint(tmp_path, capsys):
     assert [os.path.basename(p) for p in result["checkpoint"]] == ["checkpoint-1.npz"] and result["step"] == 1
 
 
+def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys, monkeypatch):
+    """--average N: the model the final score measures holds the mean of the last N step checkpoints' weights
+    (computed here from the files), the score is the one evaluate --average N gives, and checkpoint.npz stays
+    the last step's, for --resume."""
+    import numpy
+
+    from minitransformer.cli import train as train_cli
+
+    scored = []
+
+    def recording_exact_match(model, heldout):
+        scored.append(model.state_dict())
+        return mt.tasks.exact_match(model, heldout)
+
+    monkeypatch.setattr(train_cli, "exact_match", recording_exact_match)
+    out = str(tmp_path / "copy")
+    assert main(["train", "--task", "copy", "--steps", "7", "--save-every", "2", "--average", "3", "--keep", "3",
+                 "--heldout", "20", "--no-plots", "--eval-every", "1000", "--out", out, *SMALL]) == 0
+    printed = capsys.readouterr().out
+    metrics = json.loads(Path(out, "metrics.json").read_text())
+    assert metrics["averaged"] == 3 and metrics["averaged_steps"] == [4, 6, 7]
+    assert "average of 3 checkpoints, steps 4-7" in printed and f"--checkpoint {out} --average 3" in printed
+    files = [ck.load_checkpoint(os.path.join(out, f"checkpoint-{step}.npz")).weights for step in (4, 6, 7)]
+    (weights,) = scored
+    for name, value in weights.items():
+        mean = (files[0][name].astype(numpy.float64) + files[1][name] + files[2][name]) / 3
+        numpy.testing.assert_allclose(value, mean, rtol=1e-6, atol=1e-7)
+    assert any(not numpy.allclose(weights[k], files[2][k]) for k in weights)    # not the last model
+    last = ck.load_checkpoint(os.path.join(out, "checkpoint.npz"))
+    assert last.step == 7 and all(numpy.array_equal(last.weights[k], files[2][k]) for k in files[2])
+    json_path = str(tmp_path / "eval.json")
+    assert main(["evaluate", "--checkpoint", out, "--average", "3", "--json", json_path]) == 0
+    assert json.loads(Path(json_path).read_text())["exact_match"] == metrics["exact_match"]
+
+
+def test_train_average_above_keep_is_refused(tmp_path, capsys):
+    args = ["train", "--task", "copy", "--steps", "2", "--average", "4", "--keep", "3", "--out", str(tmp_path), *SMALL]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--average 4" in err and "--keep must be at least 4, got 3" in err
+    assert os.listdir(tmp_path) == []                      # refused before any work
+
+
+def test_translate_average_uses_the_mean_of_the_checkpoints(toy_run, capsys):
+    """translate --average N reads the same averaged model as evaluate --average N: its translations are
+    those of a model loaded with the mean weights."""
+    import numpy
+
+    from minitransformer.cli.common import encode_sources, load_run, translate_ids
+    from minitransformer.cli.translate import output_limit
+
+    sentence = "the dog sees the cat ."
+    assert main(["translate", "--checkpoint", toy_run, "--average", "2", "--quiet", sentence]) == 0
+    line = capsys.readouterr().out.strip()
+    _, model, src_tok, tgt_tok, _ = load_run(toy_run)
+    files = [ck.load_checkpoint(p).weights for p in ck.list_checkpoints(toy_run)[-2:]]
+    model.load_state_dict({k: ((files[0][k].astype(numpy.float64) + files[1][k]) / 2).astype(files[0][k].dtype)
+                           for k in files[0]})
+    model.eval()
+    ids = translate_ids(model, encode_sources(model, src_tok, [sentence]), length_limit=output_limit)[0]
+    assert line == tgt_tok.decode(ids)
+
+
 @pytest.mark.parametrize("name", ["metrics.json", "loss.png", "attention.png"])
 def test_fresh_run_refuses_an_out_holding_a_file_it_would_write(tmp_path, capsys, name):
     out = tmp_path / "mine"

@@ -44,8 +44,8 @@ MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads
 
 # The other `train` options that become settings of the same name when given.
 _SETTING_OPTIONS = ("seed", "max_minutes", "target", "batch_size", "max_tokens", "lr_factor", "warmup",
-                    "label_smoothing", "clip_norm", "vocab_size", "eval_every", "save_every", "keep", "heldout",
-                    "beam_size", "data_dir", "on_nonfinite", "progress", "plots", "limit", "reference", "workers")
+                    "label_smoothing", "clip_norm", "vocab_size", "eval_every", "save_every", "keep", "average",
+                    "heldout", "beam_size", "data_dir", "on_nonfinite", "progress", "plots", "limit", "reference", "workers")
 
 # Every task trains with the batch split across two worker threads (fast.DataParallel), one per core of the
 # 2-core machines this project measures on (benchmarks/bench_parallel.py): the toy task's steps ~1.4x faster
@@ -58,7 +58,7 @@ def task_settings(args) -> dict:
     """The task's defaults, overridden by every option given on the command line."""
     d = TASK_DEFAULTS[args.task]
     s = {k: v for k, v in d.items() if k != "model"}
-    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"), keep=5,
+    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"), keep=5, average=1,
              heldout=1000, beam_size=1, on_nonfinite="stop", progress=True, plots=True, preset=d["preset"],
              model=dict(d["model"]), data_dir=None, limit=None, reference=False, workers=None)
     if args.preset is not None:
@@ -111,15 +111,17 @@ SETTING_RULES = {
     "batch_size": _int(1, 65_536), "max_tokens": _int(1, 10 ** 7), "lr_factor": _POSITIVE,
     "warmup": _int(1, MAX_COUNT), "label_smoothing": _number(lambda v: 0 <= v < 1, "a number in [0, 1)"),
     "clip_norm": _POSITIVE, "vocab_size": _int(1, CONFIG_CAPS["src_vocab_size"]), "eval_every": _int(1, MAX_COUNT),
-    "save_every": _int(1, MAX_COUNT), "keep": _int(1, 10 ** 6), "heldout": _int(1, 100_000),
+    "save_every": _int(1, MAX_COUNT), "keep": _int(1, 10 ** 6), "average": _int(1, 10 ** 6),
+    "heldout": _int(1, 100_000),
     "beam_size": _int(1, 100), "limit": _int(1, MAX_COUNT), "data_dir": (lambda v: isinstance(v, str), "a path"),
     "progress": _BOOL, "plots": _BOOL, "reference": _BOOL, "workers": _int(1, 1024),
 }
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
                "limit", "data_dir")
 MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers")
-# Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1).
-OPTIONAL_SAVED = ("reference", "workers")
+# Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1), scored
+# on their last model (average 1).
+OPTIONAL_SAVED = ("reference", "workers", "average")
 
 
 def saved_setting_names(task: str) -> set:

@@ -88,6 +88,9 @@ def _add_train(sub) -> None:
     t.add_argument("--eval-every", type=_positive_int, help="evaluate every so many steps")
     t.add_argument("--save-every", type=_positive_int, help="save a checkpoint every so many steps")
     t.add_argument("--keep", type=_positive_int, default=None, help="checkpoints to keep (default 5)")
+    t.add_argument("--average", type=_positive_int, default=None,
+                   help="score the trained model as the mean of the weights of its last N step checkpoints "
+                        "(paper §6.1; at most --keep; default 1, multi30k: see its defaults)")
     t.add_argument("--heldout", type=_positive_int, help="held-out sequences for exact match (copy, reverse; "
                                                          "default 1000)")
     t.add_argument("--beam-size", type=_positive_int, help="beam size of the final test evaluation "
@@ -124,6 +127,9 @@ def _add_translate(sub) -> None:
     tr.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
     tr.add_argument("--alpha", type=_non_negative_float, default=0.6,
                     help="length penalty of beam search (default 0.6)")
+    tr.add_argument("--average", type=_positive_int, default=None,
+                    help="translate with the mean of the weights of N saved checkpoint-<step>.npz files, as "
+                         "evaluate --average does")
     tr.add_argument("--quiet", action="store_true",
                     help="no notes on stderr about unknown words, cut input or the length limit")
 

@@ -47,8 +47,8 @@ from .defaults import MODEL_OPTIONS, check_saved_settings, task_settings
 from .task_data import task_data
 
 # What --resume may change: when and how the run stops and reports, never what it computes.
-RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "target",
-                       "progress", "plots", "heldout", "beam_size", "on_nonfinite", "limit")
+RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "average",
+                       "target", "progress", "plots", "heldout", "beam_size", "on_nonfinite", "limit")
 
 # The files `train` writes into --out besides the checkpoints, and those `evaluate` writes there by default.
 # --overwrite removes exactly these names (and the checkpoints), never another file of the folder.
@@ -64,6 +64,9 @@ def cmd_train(args) -> int:
     out = args.out or os.path.join("runs", args.task)
     _make_out_folder(out)                                  # first: every later message may name files in it
     settings, resume_from = _settings_and_checkpoint(args, out)
+    if settings.get("average", 1) > settings["keep"]:
+        raise CLIError(f"--average {settings['average']} needs that many step checkpoints kept: --keep must be at "
+                       f"least {settings['average']}, got {settings['keep']}")
     if resume_from is None and not args.overwrite:
         _refuse_an_earlier_run(out, settings["plots"])
     if resume_from is None and args.resume:
@@ -94,7 +97,8 @@ def cmd_train(args) -> int:
     stopped = trainer.stop_description()
     print(f"stopped: {stopped}")
 
-    scores, example = _final_score(settings, data, model)
+    averaged = _average_last_checkpoints(settings, out, model)
+    scores, example = _final_score(settings, data, model, averaged)
     metrics = {"task": task, "tier": "reference" if settings.get("reference") else "fast",
                "steps": summary["steps"], "epoch": summary["epoch"], "loss": summary["loss"],
                "valid_loss": summary["valid_loss"], "train_seconds": summary["train_seconds"],
@@ -259,18 +263,43 @@ def _start(trainer: Trainer, args, out: str, resume_from) -> None:
 
 # ============================================================================ final score and files
 
-def _final_score(settings: dict, data, model) -> tuple:
-    """Score the trained model on held-out data: exact match (copy, reverse) or test BLEU (toy, multi30k).
-    -> (the scores for metrics.json, the attention plot's example: source ids, their labels, and the function
-    that labels target ids)"""
+def _average_last_checkpoints(settings: dict, out: str, model) -> list:
+    """With the setting average N > 1: load the mean of the weights of the run's last N step checkpoints into
+    the model (paper §6.1), which the final score then measures. The checkpoints themselves stay as they are
+    (checkpoint.npz is the last step, for --resume). -> the files averaged, oldest first ([] without)"""
+    n = settings.get("average", 1)
+    if n == 1:
+        return []
+    used = ckpt.last_checkpoints(out, n)
+    if len(used) < n:
+        print(f"--average {n}: only {len(used)} step checkpoint(s) in {out}; "
+              f"{'averaging those' if used else 'scoring the last model'}", file=sys.stderr)
+    if used:
+        model.load_state_dict(ckpt.average_checkpoints(used))
+    return used
+
+
+def _averaged_words(averaged: list) -> str:
+    """', average of 3 checkpoints, steps 1600-1763' for a score of averaged weights, else ''."""
+    if not averaged:
+        return ""
+    first, last = ckpt.step_of_file(averaged[0]), ckpt.step_of_file(averaged[-1])
+    return f", average of {len(averaged)} checkpoints, steps {first}-{last}"
+
+
+def _final_score(settings: dict, data, model, averaged: list) -> tuple:
+    """Score the trained model (or the mean of its last checkpoints: ``averaged``) on held-out data: exact
+    match (copy, reverse) or test BLEU (toy, multi30k). -> (the scores for metrics.json, the attention plot's
+    example: source ids, their labels, and the function that labels target ids)"""
     model.eval()
+    average = {"averaged": max(len(averaged), 1), "averaged_steps": [ckpt.step_of_file(p) for p in averaged]}
     if settings["task"] in SEQUENCE_TASKS:
         heldout = data.heldout
         score = exact_match(model, heldout)
-        print(f"exact match on {len(heldout)} held-out sequences: {100 * score:.1f}%")
+        print(f"exact match on {len(heldout)} held-out sequences{_averaged_words(averaged)}: {100 * score:.1f}%")
         example = heldout[0][0]
         symbols = {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
-        return {"exact_match": score, "heldout": len(heldout), "decoding": "greedy"}, \
+        return {"exact_match": score, "heldout": len(heldout), "decoding": "greedy", **average}, \
             (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
 
     task, src_tok, tgt_tok = settings["task"], data.src_tok, data.tgt_tok
@@ -281,12 +310,13 @@ def _final_score(settings: dict, data, model) -> tuple:
     print("sample translations (test):")
     for (src, ref), hyp in list(zip(test_text, hyps))[:5]:
         print(f"  source     {src}\n  reference  {ref}\n  model      {hyp}\n")
-    print(f"test BLEU ({decoding}{', lowercased' if lowercase else ''}, {len(test_text)} sentences): {score:.2f}")
+    print(f"test BLEU ({decoding}{', lowercased' if lowercase else ''}{_averaged_words(averaged)}, "
+          f"{len(test_text)} sentences): {score:.2f}")
     # a subordinate clause if there is one: German moves its verb, which the attention plot shows
     example_text = next((s for s, _ in test_text if "because" in s.split() or "weil" in s.split()), test_text[0][0])
     example = src_tok.encode(example_text)
     scores = {"bleu": score, "split": "test", "sentences": len(test_text), "lowercase": lowercase,
-              "decoding": decoding}
+              "decoding": decoding, **average}
     return scores, (example, src_tok.token_labels(example), tgt_tok.token_labels)
 
 
@@ -297,6 +327,10 @@ def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tup
     write_json(metrics_path, metrics, "metrics")
     score = "test BLEU" if "bleu" in metrics else "held-out exact match"
     model_note = f"the trained model (step {trainer.step}): translate or evaluate --checkpoint {out}"
+    if metrics["averaged"] > 1:
+        n = metrics["averaged"]
+        model_note = (f"the last model (step {trainer.step}); the score is of the mean of the last {n} step "
+                      f"checkpoints: translate or evaluate --checkpoint {out} --average {n}")
     written = [(metrics_path, f"final metrics: {score}, times, settings"), (os.path.join(out, ckpt.LATEST), model_note)]
     steps = ckpt.list_checkpoints(out)
     written += [(path, "a step checkpoint, for --resume and evaluate --average") for path in steps]

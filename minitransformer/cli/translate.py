@@ -33,7 +33,7 @@ def output_limit(src_len: int) -> int:
 
 
 def cmd_translate(args) -> int:
-    _, model, src_tok, tgt_tok, _ = load_run(args.checkpoint)
+    _, model, src_tok, tgt_tok, _ = load_run(args.checkpoint, args.average)
     choose_blas_threads(model.config)
     lines = args.sentences if args.sentences else [line.rstrip("\n") for line in sys.stdin]
     if src_tok is None:
