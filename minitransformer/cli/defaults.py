@@ -30,11 +30,12 @@ TASK_DEFAULTS = {
     "toy": {"preset": "tiny", "model": {"dropout": 0.1},
             "max_tokens": 2000, "steps": 3000, "lr_factor": 1.0, "warmup": 200, "clip_norm": 1.0,
             "label_smoothing": 0.1, "eval_every": 250, "save_every": 250, "target": 99.0},
-    # German->English Multi30k: the small preset, shared BPE 8000, 85 minutes on 2 CPU cores
+    # German->English Multi30k: the small preset, shared BPE 8000, 43 minutes on 2 CPU cores; a checkpoint every
+    # 100 steps and the mean of the last 4 scored (paper §6.1), the count that scored best on the validation set
     "multi30k": {"preset": "small", "model": {},
                  "max_tokens": 4000, "epochs": 20, "steps": None, "lr_factor": 0.8, "warmup": 800, "clip_norm": 1.0,
-                 "label_smoothing": 0.1, "eval_every": 500, "save_every": 1000, "target": None, "vocab_size": 8000,
-                 "max_minutes": 85.0},
+                 "label_smoothing": 0.1, "eval_every": 500, "save_every": 100, "keep": 5, "average": 4,
+                 "target": None, "vocab_size": 8000, "max_minutes": 43.0},
 }
 TASKS = tuple(TASK_DEFAULTS)
 
@@ -58,7 +59,8 @@ def task_settings(args) -> dict:
     """The task's defaults, overridden by every option given on the command line."""
     d = TASK_DEFAULTS[args.task]
     s = {k: v for k, v in d.items() if k != "model"}
-    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"), keep=5, average=1,
+    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"),
+             keep=d.get("keep", 5), average=d.get("average", 1),
              heldout=1000, beam_size=1, on_nonfinite="stop", progress=True, plots=True, preset=d["preset"],
              model=dict(d["model"]), data_dir=None, limit=None, reference=False, workers=None)
     if args.preset is not None:
