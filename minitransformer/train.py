@@ -390,7 +390,7 @@ class Trainer:
 
     def stop_description(self) -> str:
         """Why the run stopped, in words: "target reached at step 1000 (valid BLEU 99.20 >= 99.00)",
-        "step limit reached (3000 steps)", "time limit reached (85 min)", "20 epochs done"."""
+        "step limit reached (3000 steps)", "time limit reached (43 min)", "20 epochs done"."""
         reason = self.stop_reason
         if reason == "target":
             metric = self.valid_history[-1][2] if self.valid_history else float("nan")

@@ -90,7 +90,7 @@ def _add_train(sub) -> None:
     t.add_argument("--keep", type=_positive_int, default=None, help="checkpoints to keep (default 5)")
     t.add_argument("--average", type=_positive_int, default=None,
                    help="score the trained model as the mean of the weights of its last N step checkpoints "
-                        "(paper §6.1; at most --keep; default 1, multi30k: see its defaults)")
+                        "(paper §6.1; at most --keep; default 1, multi30k 4)")
     t.add_argument("--heldout", type=_positive_int, help="held-out sequences for exact match (copy, reverse; "
                                                          "default 1000)")
     t.add_argument("--beam-size", type=_positive_int, help="beam size of the final test evaluation "
