@@ -543,3 +543,19 @@ def test_model_switches_of_the_paper_reach_the_config_and_survive_a_resume(tmp_p
     assert (config["d_k"], config["positional"], config["norm_first"]) == (5, "learned", True)
     assert main([*args, "--steps", "3", "--resume"]) == 0
     assert mt.load_checkpoint(f"{out}/checkpoint.npz").config["positional"] == "learned"
+
+
+@pytest.mark.parametrize("task", ["copy", "reverse", "toy", "multi30k"])
+def test_every_tasks_defaults_are_settings_a_run_accepts(task):
+    """A task's defaults pass the checks a saved run's settings get, and never average more checkpoints than
+    they keep (train would refuse its own defaults)."""
+    from minitransformer.cli.defaults import (
+        check_saved_settings,
+        saved_setting_names,
+        task_settings,
+    )
+    from minitransformer.cli.parser import build_parser
+    settings = task_settings(build_parser().parse_args(["train", "--task", task]))
+    assert set(settings) == saved_setting_names(task)
+    check_saved_settings(settings, task, "defaults", complete=True)
+    assert 1 <= settings["average"] <= settings["keep"]
