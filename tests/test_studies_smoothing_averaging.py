@@ -48,7 +48,7 @@ def test_training_on_through_budgets_equals_one_run():
 
 
 def test_pooled_reliability_weights_every_token_once():
-    # run A: 1 token at confidence 0.15 (wrong), 3 tokens at 0.95 (all right); run B: 1 at 0.85 (right), 1 at
+    # a: 1 token at confidence 0.15 (wrong), 3 tokens at 0.95 (all right); b: 1 at 0.85 (right), 1 at
     # 0.95 (wrong). Pooled by hand: bin 1 {0.15: 0}, bin 8 {0.85: 1}, bin 9 {0.95 x4: 3 right}.
     a = {"count": [0, 1, 0, 0, 0, 0, 0, 0, 0, 3], "confidence": [math.nan, 0.15] + [math.nan] * 7 + [0.95],
          "accuracy": [math.nan, 0.0] + [math.nan] * 7 + [1.0]}
