@@ -57,7 +57,7 @@ def _add_train(sub) -> None:
                    help="train the readable core model (mt.Transformer) instead of the fast tier's "
                         "(mt.fast.Transformer), for a student who wants to step through a run")
     t.add_argument("--workers", type=_positive_int, default=None,
-                   help="threads that each run a part of every batch on a replica of the model, with one BLAS "
+                   help="threads that each take a part of every batch on a replica of the model, with one BLAS "
                         "thread each: the same loss and gradients, other dropout masks (default 2; 1 with "
                         "--reference, to step through a run)")
     t.add_argument("--out", default=None, help="output folder (default: runs/<task>)")
