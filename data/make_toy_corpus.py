@@ -3,7 +3,7 @@
     python data/make_toy_corpus.py              # the default corpus (seed 0, 6000 / 500 / 500 pairs)
     python data/make_toy_corpus.py --out /tmp/toy --seed 3
 
-The grammar lives in minitransformer/toy_grammar.py; this script only runs it and writes the files.
+The grammar lives in minitransformer/kit/data/toy_grammar.py; this script only runs it and writes the files.
 The same seed always writes the same files (tests/test_datasets.py checks that the files here match).
 """
 

@@ -2,7 +2,7 @@
 
 §3.5 chooses the sinusoids over a learned table, which performed about as well (Table 3, row E), "because it
 may allow the model to extrapolate to sequence lengths longer than the ones encountered during training".
-Here copy and reverse (``minitransformer.tasks``) are trained with source lengths 1..L (L = 10, the symbol
+Here copy and reverse (``minitransformer.kit.data.tasks``) are trained with source lengths 1..L (L = 10, the symbol
 model of ``train --task copy``, its settings unchanged) and tested per length n = 1..2L on 200 fresh strings
 each: exact match of the greedy decoding, the mean length of what it writes, and, at n = 2L, the token
 accuracy at each target position under teacher forcing (where along the sequence it goes wrong).
@@ -28,16 +28,16 @@ import numpy
 import training
 
 import minitransformer as mt
-from minitransformer.cli.common import tier
-from minitransformer.cli.task_data import task_data
 from minitransformer.decoding import greedy_decode
-from minitransformer.tasks import (
+from minitransformer.kit.cli.common import tier
+from minitransformer.kit.cli.task_data import task_data
+from minitransformer.kit.data.tasks import (
     SequenceTask,
     TaskBatches,
     exact_match,
     heldout_batches,
 )
-from minitransformer.train import unpack_batch
+from minitransformer.kit.running.train import unpack_batch
 
 NAME = "extrapolation"
 KINDS = ("sinusoidal", "learned")

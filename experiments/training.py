@@ -25,12 +25,12 @@ from dataclasses import replace
 import numpy
 
 import minitransformer as mt
-from minitransformer.cli.common import bleu_of, load_pairs
-from minitransformer.cli.defaults import task_settings
-from minitransformer.cli.parser import build_parser
-from minitransformer.cli.task_data import task_data
-from minitransformer.cli.train import _build_trainer
-from minitransformer.train import unpack_batch
+from minitransformer.kit.cli.common import bleu_of, load_pairs
+from minitransformer.kit.cli.defaults import task_settings
+from minitransformer.kit.cli.parser import build_parser
+from minitransformer.kit.cli.task_data import task_data
+from minitransformer.kit.cli.train import _build_trainer
+from minitransformer.kit.running.train import unpack_batch
 
 MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "d_k", "dropout", "num_encoder_layers", "num_decoder_layers",
                 "positional", "norm_first")

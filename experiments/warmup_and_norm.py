@@ -35,10 +35,10 @@ import numpy
 import training
 
 import minitransformer as mt
-from minitransformer.cli.common import tier
-from minitransformer.cli.task_data import task_data
-from minitransformer.tasks import exact_match
-from minitransformer.train import NonFiniteError, unpack_batch
+from minitransformer.kit.cli.common import tier
+from minitransformer.kit.cli.task_data import task_data
+from minitransformer.kit.data.tasks import exact_match
+from minitransformer.kit.running.train import NonFiniteError, unpack_batch
 
 NAME = "warmup_and_norm"
 NORMS = {"post-LN": False, "pre-LN": True}

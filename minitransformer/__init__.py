@@ -6,27 +6,16 @@ Shape letters used in every docstring and comment:
     the real tokens' rows), Ns, Nt, Nq, Nk: the same for the source, target, query and key side.
     (The paper's N, the number of layers in each stack, appears as "×N" in model.py.)
 
-The core (module, layers/, masks, model, loss, optim, decoding, gradcheck) is the paper in code;
-``minitransformer.fast`` holds the same model made fast, each piece tested equal to its core twin.
+The package has three parts, and its folders say which is which:
+    the core, at this level: module, layers/, masks, config, model, loss, optim, decoding, gradcheck: the paper in code;
+    fast/: the same model made fast, each piece tested equal to its core twin;
+    kit/: data, training, checkpoints, plots and the command line, around both tiers.
 """
 
-from . import (
-    backend,
-    batching,
-    bleu,
-    checkpoint,
-    datasets,
-    decoding,
-    fast,
-    gradcheck,
-    layers,
-    masks,
-    optim,
-    tasks,
-    tokenizers,
-    toy_grammar,
-    train,
-)
+import importlib
+import sys
+
+from . import backend, decoding, fast, gradcheck, layers, masks, optim
 from .backend import (
     get_backend,
     get_default_dtype,
@@ -35,12 +24,18 @@ from .backend import (
     set_default_dtype,
     to_numpy,
 )
-from .checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from .kit.data import batching, bleu, datasets, tasks, tokenizers, toy_grammar
+from .kit.data.tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, WordTokenizer
+from .kit.running import checkpoint, files, train
+from .kit.running.checkpoint import (
+    average_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from .kit.running.train import NonFiniteError, Trainer
 from .loss import CrossEntropyLoss
 from .model import Transformer, TransformerConfig
 from .module import Module, ModuleList, Parameter
-from .tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, WordTokenizer
-from .train import NonFiniteError, Trainer
 
 __version__ = "0.1.0"
 
@@ -87,10 +82,17 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    # ``mt.viz`` is imported on first use: matplotlib is slow to import and the training step never needs it.
-    if name == "viz":
-        import importlib
+# The kit's modules keep the names users reach them by: ``mt.tokenizers``, ``from minitransformer.train import
+# Trainer``, ``python -m minitransformer.cli``. Each name is the same module object as its home under kit/.
+for _module in (batching, bleu, checkpoint, datasets, files, tasks, tokenizers, toy_grammar, train):
+    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
 
-        return importlib.import_module(".viz", __name__)
+
+def __getattr__(name):
+    # ``mt.viz`` and ``mt.cli`` are imported on first use: matplotlib is slow to import and the training step
+    # never needs it.
+    if name in ("viz", "cli"):
+        module = importlib.import_module(f".kit.{'running.' if name == 'viz' else ''}{name}", __name__)
+        sys.modules[f"{__name__}.{name}"] = module
+        return module
     raise AttributeError(f"module 'minitransformer' has no attribute {name!r}")

@@ -1,7 +1,7 @@
-"""``python -m minitransformer ...``: the same command line as ``minitransformer ...`` (see cli.py)."""
+"""``python -m minitransformer ...``: the same command line as ``minitransformer ...`` (see kit/cli/)."""
 
 import sys
 
-from .cli import main
+from .kit.cli import main
 
 sys.exit(main())

@@ -5,8 +5,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from minitransformer.batching import Batch, BucketBatcher, collate, plan_batches
-from minitransformer.tokenizers import BOS, EOS, PAD
+from minitransformer.kit.data.batching import (
+    Batch,
+    BucketBatcher,
+    collate,
+    plan_batches,
+)
+from minitransformer.kit.data.tokenizers import BOS, EOS, PAD
 
 
 def random_pairs(n=300, seed=0, max_len=30):

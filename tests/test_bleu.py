@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from minitransformer.bleu import (
+from minitransformer.kit.data.bleu import (
     BleuStats,
     bleu_from_stats,
     corpus_bleu,

@@ -11,7 +11,7 @@ import pytest
 
 import minitransformer as mt
 from minitransformer import checkpoint as ck
-from minitransformer.cli import main
+from minitransformer.kit.cli import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24", "--no-progress"]
@@ -433,7 +433,7 @@ def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys,
     the last step's, for --resume."""
     import numpy
 
-    from minitransformer.cli import train as train_cli
+    from minitransformer.kit.cli import train as train_cli
 
     scored = []
 
@@ -475,8 +475,8 @@ def test_translate_average_uses_the_mean_of_the_checkpoints(toy_run, capsys):
     those of a model loaded with the mean weights."""
     import numpy
 
-    from minitransformer.cli.common import encode_sources, load_run, translate_ids
-    from minitransformer.cli.translate import output_limit
+    from minitransformer.kit.cli.common import encode_sources, load_run, translate_ids
+    from minitransformer.kit.cli.translate import output_limit
 
     sentence = "the dog sees the cat ."
     assert main(["translate", "--checkpoint", toy_run, "--average", "2", "--quiet", sentence]) == 0
@@ -549,12 +549,12 @@ def test_model_switches_of_the_paper_reach_the_config_and_survive_a_resume(tmp_p
 def test_every_tasks_defaults_are_settings_a_run_accepts(task):
     """A task's defaults pass the checks a saved run's settings get, and never average more checkpoints than
     they keep (train would refuse its own defaults)."""
-    from minitransformer.cli.defaults import (
+    from minitransformer.kit.cli.defaults import (
         check_saved_settings,
         saved_setting_names,
         task_settings,
     )
-    from minitransformer.cli.parser import build_parser
+    from minitransformer.kit.cli.parser import build_parser
     settings = task_settings(build_parser().parse_args(["train", "--task", task]))
     assert set(settings) == saved_setting_names(task)
     check_saved_settings(settings, task, "defaults", complete=True)

@@ -21,8 +21,8 @@ import pytest
 from devices import TOLERANCE, use
 
 import minitransformer as mt
-import minitransformer.train  # the package does not import its training loop itself: mt.train needs this
-from minitransformer.tasks import (
+import minitransformer.kit.running.train  # the package does not import its training loop itself: mt.train needs this
+from minitransformer.kit.data.tasks import (
     SequenceTask,
     TaskBatches,
     exact_match,

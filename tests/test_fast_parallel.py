@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer.cli import main
 from minitransformer.fast import DataParallel
 from minitransformer.fast.parallel import split_points, trim_padding
-from minitransformer.tasks import SequenceTask, TaskBatches
-from minitransformer.train import Trainer
+from minitransformer.kit.cli import main
+from minitransformer.kit.data.tasks import SequenceTask, TaskBatches
+from minitransformer.kit.running.train import Trainer
 
 PAD = 0
 REL_TOL = 1e-10         # float64: the same sums taken in another order (seen: ~1e-15)

@@ -26,18 +26,18 @@ import pytest
 import minitransformer as mt
 from minitransformer import checkpoint as ck
 from minitransformer import datasets, files
-from minitransformer.cli import main
-from minitransformer.cli.common import (
+from minitransformer.kit.cli import main
+from minitransformer.kit.cli.common import (
     CLIError,
     _save_figure,
     model_from_checkpoint,
     tokenizers_from_checkpoint,
 )
+from minitransformer.kit.data.tokenizers import WordTokenizer
+from minitransformer.kit.running.train import Trainer
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
-from minitransformer.tokenizers import WordTokenizer
-from minitransformer.train import Trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24", "--no-progress", "--no-plots"]

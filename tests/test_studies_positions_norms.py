@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
+from minitransformer.kit.data.tasks import FIRST_SYMBOL, heldout_batches
+from minitransformer.kit.data.tokenizers import EOS
 from minitransformer.optim import NoamSchedule
-from minitransformer.tasks import FIRST_SYMBOL, heldout_batches
-from minitransformer.tokenizers import EOS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from minitransformer.tokenizers import (
+from minitransformer.kit.data.tokenizers import (
     BOS,
     EOS,
     PAD,
@@ -216,7 +216,7 @@ def test_word_tokenizer_min_freq_and_max_size():
 
 
 def test_toy_round_trip_with_word_tokenizer():
-    from minitransformer.datasets import load_toy
+    from minitransformer.kit.data.datasets import load_toy
 
     pairs = load_toy("valid")
     tok = WordTokenizer.build([s for p in load_toy("train") for s in p])

@@ -15,12 +15,17 @@ import pytest
 
 import minitransformer as mt
 from minitransformer import checkpoint as ck
-from minitransformer.batching import BucketBatcher
+from minitransformer.kit.data.batching import BucketBatcher
+from minitransformer.kit.data.tasks import (
+    SequenceTask,
+    TaskBatches,
+    exact_match,
+    make_pairs,
+)
+from minitransformer.kit.running.train import NonFiniteError, Trainer
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
-from minitransformer.tasks import SequenceTask, TaskBatches, exact_match, make_pairs
-from minitransformer.train import NonFiniteError, Trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK = SequenceTask("copy", num_symbols=6, min_len=2, max_len=6)

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from minitransformer import decoding
-from minitransformer.cli import main
-from minitransformer.cli.common import load_run
-from minitransformer.cli.translate import output_limit
+from minitransformer.kit.cli import main
+from minitransformer.kit.cli.common import load_run
+from minitransformer.kit.cli.translate import output_limit
 
 ARTICLES = {"der", "die", "das", "den", "dem", "des", "ein", "eine", "einen", "einem"}
 # Small enough to train in a few seconds, and enough steps for it to begin its sentences with an article.

@@ -1,4 +1,4 @@
-"""Tests of minitransformer.viz: each function returns a Figure with the expected panels, images,
+"""Tests of minitransformer.kit.running.viz: each function returns a Figure with the expected panels, images,
 labels and colour scales, refuses bad shapes with a ValueError naming the argument, and saves to PNG.
 
 Matplotlib is forced onto the Agg backend here, so no display is needed (and none is opened).

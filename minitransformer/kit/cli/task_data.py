@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..batching import BucketBatcher
-from ..model import TransformerConfig
-from ..tasks import TASKS as SEQUENCE_TASKS
-from ..tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
-from ..tokenizers import BPETokenizer, WordTokenizer
+from minitransformer.kit.data.batching import BucketBatcher
+from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
+from minitransformer.kit.data.tasks import (
+    SequenceTask,
+    TaskBatches,
+    exact_match,
+    heldout_batches,
+)
+from minitransformer.kit.data.tokenizers import BPETokenizer, WordTokenizer
+from minitransformer.model import TransformerConfig
+
 from .common import bleu_of, load_pairs, tokenizers_from_checkpoint
 
 TRANSLATION_MAX_LEN = 256          # positions of a translation model; longer pairs are left out of training

@@ -41,8 +41,9 @@ from __future__ import annotations
 import os
 import sys
 
-from ..fast.threads import blas_threads, set_blas_threads
-from ..train import NonFiniteError
+from minitransformer.fast.threads import blas_threads, set_blas_threads
+from minitransformer.kit.running.train import NonFiniteError
+
 from .common import CLIError
 from .download import cmd_download
 from .evaluate import cmd_evaluate

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy
 
-from . import files
+from minitransformer.kit.running import files
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")

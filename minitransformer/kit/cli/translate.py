@@ -16,7 +16,8 @@ import sys
 
 import numpy
 
-from .. import decoding
+from minitransformer import decoding
+
 from .common import (
     CLIError,
     choose_blas_threads,

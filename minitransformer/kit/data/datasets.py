@@ -23,8 +23,8 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from . import toy_grammar
-from .files import open_regular
+from minitransformer.kit.data import toy_grammar
+from minitransformer.kit.running.files import open_regular
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOY_DIR = REPO_ROOT / "data" / "toy"

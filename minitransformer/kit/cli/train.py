@@ -25,13 +25,14 @@ import os
 import sys
 import time
 
-from .. import backend
-from .. import checkpoint as ckpt
-from ..files import write_json
-from ..optim import NoamSchedule
-from ..tasks import TASKS as SEQUENCE_TASKS
-from ..tasks import exact_match
-from ..train import Trainer, full_config
+from minitransformer import backend
+from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
+from minitransformer.kit.data.tasks import exact_match
+from minitransformer.kit.running import checkpoint as ckpt
+from minitransformer.kit.running.files import write_json
+from minitransformer.kit.running.train import Trainer, full_config
+from minitransformer.optim import NoamSchedule
+
 from .common import (
     CLIError,
     bleu_of,
@@ -232,7 +233,7 @@ def _build_trainer(settings: dict, data, out: str, workers: int = 1) -> Trainer:
     loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
     parallel = None
     if workers > 1:
-        from ..fast import DataParallel
+        from minitransformer.fast import DataParallel
 
         parallel = DataParallel(model, loss_fn, workers)
     optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)

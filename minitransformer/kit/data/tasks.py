@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy
 
-from .batching import Batch, ResumableBatches, collate
-from .tokenizers import BOS, EOS, PAD
+from minitransformer.kit.data.batching import Batch, ResumableBatches, collate
+from minitransformer.kit.data.tokenizers import BOS, EOS, PAD
 
 FIRST_SYMBOL = 4                      # after <pad>, <bos>, <eos>, <unk>
 HELDOUT_SEED = 1_000_003
@@ -140,7 +140,7 @@ def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None =
     Sources are sorted by length before batching, so batches carry little padding. The model is put in eval mode
     (and left there).
     """
-    from .decoding import beam_search, greedy_decode
+    from minitransformer.decoding import beam_search, greedy_decode
 
     if not pairs:
         raise ValueError("exact_match: pairs must hold at least one (src, tgt) pair, got none")

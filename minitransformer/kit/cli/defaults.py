@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..checkpoint import CONFIG_CAPS, MAX_COUNT
+from minitransformer.kit.running.checkpoint import CONFIG_CAPS, MAX_COUNT
 
 PRESETS = ("tiny", "small", "base")
 

@@ -34,8 +34,10 @@ import time
 
 import numpy
 
-from . import backend
-from .checkpoint import (
+from minitransformer import backend
+from minitransformer.checks import positive_int
+from minitransformer.config import TransformerConfig
+from minitransformer.kit.running.checkpoint import (
     MAX_COUNT,
     CheckpointManager,
     check_state,
@@ -44,9 +46,7 @@ from .checkpoint import (
     load_checkpoint,
     resolve_checkpoint,
 )
-from .checks import positive_int
-from .config import TransformerConfig
-from .optim import clip_grad_norm
+from minitransformer.optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
 

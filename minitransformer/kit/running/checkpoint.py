@@ -55,7 +55,13 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from .files import TEMP_PREFIX, TEMP_SUFFIX, atomic_write, open_regular, parse_json
+from minitransformer.kit.running.files import (
+    TEMP_PREFIX,
+    TEMP_SUFFIX,
+    atomic_write,
+    open_regular,
+    parse_json,
+)
 
 FORMAT_NAME = "minitransformer-checkpoint"
 FORMAT_VERSION = 1
@@ -473,7 +479,7 @@ def check_config(config, where: str):
     """The ``TransformerConfig`` of a config dict read from a file, or ValueError naming ``where`` and the field:
     not a valid config, or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS`` (sizes no model of this project
     has, and whose tables alone would exhaust memory)."""
-    from .config import TransformerConfig
+    from minitransformer.config import TransformerConfig
 
     if not isinstance(config, dict):
         raise ValueError(f"{where}: config must be an object, got {type(config).__name__}")  # noqa: TRY004

@@ -9,15 +9,16 @@ import sys
 
 import numpy
 
-from .. import checkpoint as ckpt
-from .. import datasets, decoding
-from ..bleu import corpus_bleu
-from ..fast.threads import use_blas_threads
-from ..files import atomic_write, check_writable, parse_json
-from ..loss import CrossEntropyLoss
-from ..model import Transformer, TransformerConfig
-from ..optim import Adam
-from ..tokenizers import UNK, tokenizer_from_dict
+from minitransformer import decoding
+from minitransformer.fast.threads import use_blas_threads
+from minitransformer.kit.data import datasets
+from minitransformer.kit.data.bleu import corpus_bleu
+from minitransformer.kit.data.tokenizers import UNK, tokenizer_from_dict
+from minitransformer.kit.running import checkpoint as ckpt
+from minitransformer.kit.running.files import atomic_write, check_writable, parse_json
+from minitransformer.loss import CrossEntropyLoss
+from minitransformer.model import Transformer, TransformerConfig
+from minitransformer.optim import Adam
 
 
 class CLIError(Exception):
@@ -30,7 +31,7 @@ def tier(reference: bool) -> tuple:
     and arithmetic) that train and decode faster. The fast tier is imported on first use."""
     if reference:
         return Transformer, CrossEntropyLoss, Adam
-    from .. import fast
+    from minitransformer import fast
 
     return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
 
@@ -236,7 +237,7 @@ def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: flo
     """The training loss of every step and the validation loss of every evaluation (log scale if all > 0),
     and beside them the validation metric (times metric_scale: 100 shows a fraction as a percentage)."""
     # matplotlib is slow to import: only when a plot is drawn
-    from .. import viz
+    from minitransformer.kit.running import viz
 
     steps = numpy.array([h[0] for h in trainer.history], dtype=float)       # (n,)
     losses = numpy.array([h[1] for h in trainer.history], dtype=float)      # (n,)
@@ -258,7 +259,7 @@ KEY_AXIS = "key: source token"
 def plot_attention(model, src_ids, src_labels, tgt_labels_fn, path: str, title: str) -> None:
     """Cross-attention of every head, in every decoder layer (only the last when there are more than 4), for one
     source sentence and the model's own output. tgt_labels_fn(ids) -> a label per target id."""
-    from .. import viz
+    from minitransformer.kit.running import viz
 
     c = model.config
     model.eval()

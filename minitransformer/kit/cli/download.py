@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import datasets
+from minitransformer.kit.data import datasets
 
 
 def cmd_download(args) -> int:

@@ -32,8 +32,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import LogFormatter, MaxNLocator
 
-from . import backend
-from .tokenizers import readable_tokens
+from minitransformer import backend
+from minitransformer.kit.data.tokenizers import readable_tokens
 
 CMAP = "viridis"
 MAX_LABELS = 40            # a heatmap shows token labels up to this many positions, then plain indices

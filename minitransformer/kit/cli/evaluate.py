@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 
-from ..checkpoint import step_of_file
-from ..files import write_json
-from ..tasks import TASKS as SEQUENCE_TASKS
-from ..tasks import SequenceTask, exact_match
+from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
+from minitransformer.kit.data.tasks import SequenceTask, exact_match
+from minitransformer.kit.running.checkpoint import step_of_file
+from minitransformer.kit.running.files import write_json
+
 from .common import (
     CLIError,
     bleu_of,

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy
 
-from . import backend
-from .tokenizers import BOS, EOS, PAD
+from minitransformer import backend
+from minitransformer.kit.data.tokenizers import BOS, EOS, PAD
 
 
 @dataclass

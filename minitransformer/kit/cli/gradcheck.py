@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy
 
-from .. import backend, gradcheck
-from ..gradcheck_cases import gradcheck_cases
+from minitransformer import backend, gradcheck
+from minitransformer.gradcheck_cases import gradcheck_cases
 
 
 def cmd_gradcheck(args) -> int:

@@ -1,0 +1,1 @@
+"""The data side of the kit: text to token ids to padded batches, the bundled tasks, and BLEU."""

@@ -1,0 +1,1 @@
+"""The running side of the kit: the training loop, checkpoints, safe file handling and plots."""
