@@ -87,14 +87,12 @@ class DecoderLayer(Module):
     def backward(self, dout):                                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
         self.saved(dout)
         dy = self.sublayer_ffn.backward(dout, self.ffn.backward)
-        dy = self.sublayer_cross.backward(dy, self.cross_attn_backward)
+        dattn, daround = self.sublayer_cross.backward_to_sublayer(dy)      # (B,T,D), (B,T,D)
+        dquery, dkey, dvalue = self.cross_attn.backward(dattn)             # (B,T,D), (B,S,D), (B,S,D)
+        dy = self.sublayer_cross.backward_from_sublayer(daround, dquery)   # y was the query   (B,T,D)
+        dmemory = dkey + dvalue                                # memory was key and value: the two add (B,S,D)
         dy = self.sublayer_self.backward(dy, self.self_attn_backward)
-        return dy, self.dmemory
-
-    def cross_attn_backward(self, dout):                       # (B,T,D) -> dy (B,T,D); keeps dmemory (B,S,D)
-        dquery, dkey, dvalue = self.cross_attn.backward(dout)
-        self.dmemory = dkey + dvalue                           # memory was key and value: the two add
-        return dquery                                          # y was the query
+        return dy, dmemory
 
     def self_attn_backward(self, dout):                        # (B,T,D) -> (B,T,D)
         dquery, dkey, dvalue = self.self_attn.backward(dout)
