@@ -21,6 +21,7 @@ MINITRANSFORMER_TEST_BACKEND=fakecupy. Tests of the NumPy backend's own machiner
 
 import copy
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,13 +79,8 @@ def perturb(module, seed=7):
 
 
 def fast_twin(module):
-    """A copy of a core module with its class and every descendant's swapped for the fast twin, as
-    mt.fast.Transformer builds itself."""
-    twin = copy.deepcopy(module)
-    for m in twin.modules():
-        if type(m) in FAST_TWINS:
-            object.__setattr__(m, "__class__", FAST_TWINS[type(m)])
-    return twin
+    """A copy of a core module made fast, as mt.fast.Transformer builds itself."""
+    return mt.fast.make_fast(copy.deepcopy(module))
 
 
 def as_list(grads):
@@ -187,6 +183,61 @@ def test_every_submodule_of_the_fast_transformer_is_a_fast_twin():
     assert {type(f) for f in fast.modules()} >= untied
     for base, cls in FAST_TWINS.items():                      # a subclass overriding only how it computes
         assert cls.__bases__ == (base,) and "__init__" not in vars(cls), cls
+
+
+def test_make_fast_refuses_a_subclass_of_a_core_layer_before_changing_anything():
+    """A student's subclass of a core layer would silently lose what it changes if its class were swapped, and
+    stay slow (unable to take packed rows) if it were not: make_fast names it and touches nothing."""
+    class LoudAttention(L.MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            return 2 * super().forward(query, key, value, mask)
+
+    core = M.EncoderLayer(10, 2, 7)
+    core.self_attn = LoudAttention(10, 2)
+    classes = [type(m) for m in core.modules()]
+    with pytest.raises(TypeError, match=r"^mt\.fast\.make_fast: self_attn is a LoudAttention, a subclass of the "
+                                        r"core MultiHeadAttention; .* subclass minitransformer\.fast\.layers\."
+                                        r"MultiHeadAttention instead"):
+        mt.fast.make_fast(core)
+    assert [type(m) for m in core.modules()] == classes           # nothing swapped
+
+
+def test_make_fast_keeps_fast_classes_and_their_subclasses_and_returns_the_module():
+    class MyFastAttention(mt.fast.layers.MultiHeadAttention):
+        pass
+
+    core = M.EncoderLayer(10, 2, 7)
+    mine = core.self_attn = MyFastAttention(10, 2)
+    W = core.ffn.W1.W                                          # the same Parameter objects after the swap
+    assert mt.fast.make_fast(core) is core
+    assert type(core) is FAST_TWINS[M.EncoderLayer] and core.self_attn is mine and type(mine) is MyFastAttention
+    assert type(core.ffn) is mt.fast.layers.PositionwiseFeedForward and core.ffn.W1.W is W
+    assert type(core.sublayer_attn) is L.SublayerConnection    # no twin: as it was
+    assert type(core.sublayer_attn.norm) is mt.fast.layers.LayerNorm
+
+
+@pytest.mark.parametrize("put_in", ["layer", "attention"])
+def test_a_core_layer_put_into_a_fast_model_is_named_or_made_fast(float64, rng, put_in):
+    """A core layer placed in a fast model after it was built: the next pass (forward or encode) names it in a
+    clear TypeError, not one about packing; make_fast(model) then makes the model equal the core again."""
+    core, fast = model_pair(model_config())
+    if put_in == "layer":
+        fast.decoder.layers._modules["1"] = copy.deepcopy(core.decoder.layers[1])
+        where, cls = "decoder.layers.1", "DecoderLayer"
+    else:
+        fast.encoder.layers[0].self_attn = copy.deepcopy(core.encoder.layers[0].self_attn)
+        where, cls = "encoder.layers.0.self_attn", "MultiHeadAttention"
+    src, tgt_in, _ = model_batch(rng)
+    message = rf"^mt\.fast\.Transformer: {re.escape(where)} is the core {cls}, not its fast twin \(mt\.fast\.make_fast"
+    with pytest.raises(TypeError, match=message):
+        fast(src, tgt_in)
+    with pytest.raises(TypeError, match=message):
+        fast.eval().encode(src)
+    fast.clear_caches()
+    fast.train()
+    mt.fast.make_fast(fast)
+    real = tgt_in != PAD
+    assert_rel(host(fast(src, tgt_in))[real], host(core(src, tgt_in))[real], "logits once made fast")
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -13,11 +13,11 @@ What each trick buys, measured, is in benchmarks/RESULTS.md; notebook 10 walks t
 from . import layers
 from .layers import random_uint16, stacked_linear, stacked_linear_backward
 from .loss import CrossEntropyLoss
-from .model import FAST_TWINS, Transformer
+from .model import FAST_TWINS, Transformer, make_fast
 from .optim import Adam
 from .packing import Packing
 from .parallel import DataParallel
 from .threads import get_num_threads, parallel_map, set_num_threads
 
 __all__ = ["FAST_TWINS", "Adam", "CrossEntropyLoss", "DataParallel", "Packing", "Transformer", "get_num_threads", "layers",
-           "parallel_map", "random_uint16", "set_num_threads", "stacked_linear", "stacked_linear_backward"]
+           "make_fast", "parallel_map", "random_uint16", "set_num_threads", "stacked_linear", "stacked_linear_backward"]
