@@ -27,16 +27,19 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import fakecupy
 import numpy as np
 import pytest
+import threadpoolctl
 from devices import TOLERANCE, use
 
 import minitransformer as mt
 from minitransformer import layers as L
 from minitransformer import model as M
 from minitransformer.fast import FAST_TWINS, Packing
+from minitransformer.fast import threads as fast_threads
 from minitransformer.fast.optim import CPU_CHUNK
 from minitransformer.masks import padding_mask, subsequent_mask
 
@@ -888,6 +891,65 @@ def test_random_uint16_is_uniform_and_its_neighbours_independent():
 
 
 # ======================================================================================== the thread pool
+
+def blas_counts() -> list:
+    """The thread count of every BLAS in this process, as threadpoolctl itself reads it."""
+    return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+
+
+@pytest.fixture
+def no_blas_variables(monkeypatch):
+    for var in fast_threads.BLAS_ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_blas_threads_are_set_through_threadpoolctl_and_restored(no_blas_variables):
+    before = blas_counts()
+    if not before:
+        pytest.skip("threadpoolctl finds no BLAS in this process")
+    default = fast_threads.default_blas_threads()
+    try:
+        assert fast_threads.use_blas_threads(1) == (1, "chosen")
+        assert blas_counts() == [1] * len(before) and fast_threads.blas_threads() == 1
+        assert fast_threads.use_blas_threads(None) == (default, "default")   # the library's own count again
+        assert blas_counts() == [default] * len(before)
+        fast_threads.set_blas_threads(1)
+        assert blas_counts() == [1] * len(before)
+    finally:
+        fast_threads.set_blas_threads(before[0])
+    assert blas_counts() == before
+
+
+def test_a_blas_count_in_the_environment_wins(monkeypatch, no_blas_variables):
+    before = blas_counts()
+    if not before:
+        pytest.skip("threadpoolctl finds no BLAS in this process")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert fast_threads.use_blas_threads(1) == (before[0], "OPENBLAS_NUM_THREADS")   # the first of BLAS_ENV_VARS set
+    assert blas_counts() == before                             # left alone
+    # Where the variable was there when the process started, the BLAS runs with it and the program keeps it.
+    code = ("from minitransformer.fast import threads; import threadpoolctl; print(threads.use_blas_threads(2), "
+            "[lib['num_threads'] for lib in threadpoolctl.threadpool_info() if lib['user_api'] == 'blas'])")
+    env = {k: v for k, v in os.environ.items() if k not in fast_threads.BLAS_ENV_VARS}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"(1, 'OPENBLAS_NUM_THREADS') {[1] * len(before)}"
+
+
+def test_without_a_blas_threadpoolctl_can_set_nothing_is_touched_and_one_line_says_so(monkeypatch,
+                                                                                      no_blas_variables):
+    before = blas_counts()
+    monkeypatch.setattr(fast_threads, "_blas", fast_threads._Blas())   # forget the BLAS found
+    monkeypatch.setattr(fast_threads, "_find_blas", lambda: threadpoolctl.ThreadpoolController().select(user_api="none"))
+    assert fast_threads.blas_threads() is None and fast_threads.default_blas_threads() is None
+    assert fast_threads.set_blas_threads(1) is False
+    assert fast_threads.use_blas_threads(1) == (None, "unknown") and fast_threads.use_blas_threads(None) == (None, "unknown")
+    assert blas_counts() == before
+    assert "\n" not in fast_threads.NO_BLAS_CONTROL and "threadpoolctl finds no BLAS" in fast_threads.NO_BLAS_CONTROL
+    with pytest.raises(ValueError, match="set_blas_threads: n must be a positive int"):
+        fast_threads.set_blas_threads(0)
+
 
 def test_thread_count_from_the_environment_and_checked():
     code = "import minitransformer as mt; print(mt.fast.get_num_threads())"

@@ -8,21 +8,21 @@ update) to ``get_num_threads()`` threads; ``set_num_threads`` or the environment
 process may use) sets how many.
 
 BLAS has its own threads, and its own count: ``blas_threads`` reads it and ``set_blas_threads`` changes it
-while the program runs (OpenBLAS only, the library NumPy ships on Linux and Windows; found through
-/proc/self/maps and called with ctypes). A second BLAS thread pays only on large products: on a model of
-width 64 it gains little on an idle machine, and when another process keeps a core busy, OpenBLAS's threads,
+while the program runs, through threadpoolctl (OpenBLAS, MKL, BLIS; Apple's Accelerate offers no such setting,
+and NO_BLAS_CONTROL is the line that says so). A second BLAS thread pays only on large products: on a model
+of width 64 it gains little on an idle machine, and when another process keeps a core busy, OpenBLAS's threads,
 which spin while they wait for each other, make every product several times slower. ``use_blas_threads``
 is what the command line calls: the count chosen for the model, unless the user's environment names one.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy
+import threadpoolctl
 
 from .. import backend, checks
 
@@ -93,79 +93,60 @@ def parallel_map(fn, items) -> list:
 
 # ----------------------------------------------------------------------------- BLAS threads
 
-# What OpenBLAS reads when it starts; a count the user put there wins over the one the program would choose.
-BLAS_ENV_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+# What a BLAS reads when it starts (OpenBLAS, MKL, BLIS, Apple's Accelerate, and the OpenMP runtime some of them
+# run on): a count the user put there wins over the one the program would choose.
+BLAS_ENV_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                 "VECLIB_MAXIMUM_THREADS", "OMP_NUM_THREADS")
 
-# The entry points, as OpenBLAS spells them: plain, or with the scipy-openblas prefix and the suffix of its
-# 64-bit-integer builds (NumPy's wheels ship libscipy_openblas64_: scipy_openblas_set_num_threads64_).
-_SPELLINGS = [(prefix, suffix) for prefix in ("scipy_", "") for suffix in ("64_", "_64", "")]
+NO_BLAS_CONTROL = ("BLAS threads: the library's own count (threadpoolctl finds no BLAS here whose threads it can set, "
+                   "as with Apple's Accelerate; VECLIB_MAXIMUM_THREADS or OMP_NUM_THREADS, set before the start, set it)")
 
 
 class _Blas:
     def __init__(self):
-        self.libraries = None       # [(set_num_threads, get_num_threads)], found on first use
-        self.initial = None         # the count the library started with: its own default
+        self.controller = None      # threadpoolctl's controller of the BLAS libraries, found on first use
+        self.initial = None         # the count they started with: the library's own default
 
 
 _blas = _Blas()
 
 
-def _openblas_paths() -> list:
-    """The OpenBLAS libraries mapped into this process (NumPy's, and any other a module brought)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            paths = [line.split(None, 5)[-1].strip() for line in maps if "openblas" in line.lower()]
-    except OSError:                 # no /proc (macOS, Windows): the library's own setting stays
-        return []
-    return list(dict.fromkeys(p for p in paths if p.startswith("/") and ".so" in os.path.basename(p)))
+def _find_blas():
+    """threadpoolctl's controller of every BLAS loaded in this process (NumPy's, and any other a module brought);
+    one holding no library where it finds none whose threads it can set."""
+    return threadpoolctl.ThreadpoolController().select(user_api="blas")
 
 
-def _openblas_functions(path: str):
-    """(set_num_threads, get_num_threads) of the library at path, already loaded (RTLD_NOLOAD: never a second
-    copy); None where it has no such entry points."""
-    try:
-        library = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0))
-    except OSError:
-        return None
-    for prefix, suffix in _SPELLINGS:
-        setter = getattr(library, f"{prefix}openblas_set_num_threads{suffix}", None)
-        getter = getattr(library, f"{prefix}openblas_get_num_threads{suffix}", None)
-        if setter is not None and getter is not None:
-            setter.argtypes, setter.restype = [ctypes.c_int], None
-            getter.argtypes, getter.restype = [], ctypes.c_int
-            return setter, getter
-    return None
-
-
-def _blas_libraries() -> list:
-    if _blas.libraries is None:
-        found = [_openblas_functions(path) for path in _openblas_paths()]
-        _blas.libraries = [f for f in found if f is not None]
-        if _blas.libraries:
-            _blas.initial = int(_blas.libraries[0][1]())
-    return _blas.libraries
+def _blas_controller():
+    if _blas.controller is None:
+        controller = _find_blas()
+        info = controller.info()
+        _blas.initial = info[0]["num_threads"] if info else None
+        _blas.controller = controller
+    return _blas.controller
 
 
 def blas_threads() -> int | None:
-    """The threads NumPy's BLAS uses for a product now; None where it cannot be read (not OpenBLAS)."""
-    libraries = _blas_libraries()
-    return int(libraries[0][1]()) if libraries else None
+    """The threads NumPy's BLAS uses for a product now; None where it cannot be read (NO_BLAS_CONTROL)."""
+    info = _blas_controller().info()
+    return int(info[0]["num_threads"]) if info else None
 
 
 def default_blas_threads() -> int | None:
-    """The count OpenBLAS started with (its environment variables, else the cores); None where not OpenBLAS."""
-    _blas_libraries()
+    """The count the BLAS started with (its environment variables, else the cores); None where it cannot be read."""
+    _blas_controller()
     return _blas.initial
 
 
 def set_blas_threads(n: int) -> bool:
-    """Use n BLAS threads from now on. -> True if it was set, False where the BLAS is not one this can reach
-    (Apple's Accelerate, MKL): then the library keeps its own setting, silently."""
+    """Use n BLAS threads from now on (every BLAS of the process). -> True if it was set, False where no BLAS's
+    threads can be set (NO_BLAS_CONTROL): then the library keeps its own setting."""
     n = checks.positive_int("set_blas_threads", "n", n)
-    libraries = _blas_libraries()
-    for setter, _ in libraries:
-        setter(n)
-    return bool(libraries)
+    controller = _blas_controller()
+    if not controller.lib_controllers:
+        return False
+    controller.limit(limits=n)      # applied now; the returned limiter would restore it only when asked to
+    return True
 
 
 def blas_threads_from_env() -> tuple | None:
@@ -182,7 +163,8 @@ def use_blas_threads(n: int | None) -> tuple:
 
     n     the count wanted; None: the library's default (the cores), restored if an earlier call changed it
     why   "OPENBLAS_NUM_THREADS" (or the variable that set it): the user's count, left alone;
-          "chosen": this call set it; "default": the library's own count; "unknown": not OpenBLAS, untouched
+          "chosen": this call set it; "default": the library's own count; "unknown": no BLAS whose threads can
+          be set (NO_BLAS_CONTROL says so in one line), untouched
     """
     from_env = blas_threads_from_env()
     if from_env is not None:
