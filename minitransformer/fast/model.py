@@ -76,40 +76,34 @@ FAST_TWINS = {cls.__bases__[0]: cls for cls in (
 _CORE, _FAST = tuple(FAST_TWINS), tuple(FAST_TWINS.values())
 
 
-def why_slow(name: str, module) -> str | None:
-    """Why the fast tier cannot run this part (at path ``name``) as it is, in one line: it is a core class with a
-    fast twin, or a subclass of one that is not a fast class. None when it can."""
-    if not isinstance(module, _CORE) or isinstance(module, _FAST):
-        return None
-    base = next(c for c in type(module).__mro__ if c in FAST_TWINS)
-    where, twin = name or "the module itself", f"{FAST_TWINS[base].__module__}.{base.__name__}"
-    if type(module) is base:
-        return f"{where} is the core {base.__name__}, not its fast twin (mt.fast.make_fast(model) makes it one)"
-    return (f"{where} is a {type(module).__name__}, a subclass of the core {base.__name__}; its fast twin would drop "
-            f"what the subclass changes, so subclass {twin} instead (or run it in the core's mt.Transformer)")
-
-
 def make_fast(module):
-    """Turn module and every module inside it into its fast twin, in place; -> module. This is how
-    ``mt.fast.Transformer`` is built: the core model, then every part of a class in FAST_TWINS given the twin's
-    class (the same object, Parameters and state_dict). Fast classes, and classes with no twin, stay as they are.
-    A subclass of a core class with a twin is refused (TypeError), before anything changes: its twin would drop
-    what the subclass changes, and left slow it could not run in the fast model."""
-    parts = list(module.named_modules())
-    refused = next((why for name, m in parts if type(m) not in FAST_TWINS and (why := why_slow(name, m))), None)
-    if refused is not None:
-        raise TypeError(f"mt.fast.make_fast: {refused}")
-    for _, m in parts:
-        if type(m) in FAST_TWINS:
-            object.__setattr__(m, "__class__", FAST_TWINS[type(m)])
+    """Give every part of module whose class is a core class in FAST_TWINS its twin's class, in place (the same
+    objects, Parameters and state_dict), and return module: how ``mt.fast.Transformer`` is built. A subclass of
+    such a core class is refused (TypeError naming it): its twin would drop what the subclass changes."""
+    for m in module.modules():
+        object.__setattr__(m, "__class__", FAST_TWINS.get(type(m), type(m)))
+    check_fast(module, "mt.fast.make_fast")
     return module
+
+
+def check_fast(module, owner: str) -> None:
+    """A TypeError naming the first part of module that the fast tier cannot run as it is: a core class with a
+    fast twin, or a subclass of one that is not a fast class."""
+    for name, m in module.named_modules():
+        if isinstance(m, _CORE) and not isinstance(m, _FAST):
+            base, where = next(c for c in type(m).__mro__ if c in FAST_TWINS), name or "the module"
+            if type(m) is base:
+                raise TypeError(f"{owner}: {where} is the core {base.__name__}, not its fast twin "
+                                f"(mt.fast.make_fast(model) makes it one)")
+            raise TypeError(f"{owner}: {where} is a {type(m).__name__}, a subclass of the core {base.__name__}; its "
+                            f"fast twin would drop what it changes, so subclass "
+                            f"{FAST_TWINS[base].__module__}.{base.__name__} instead")
 
 
 class Transformer(core.Transformer):
     """``mt.Transformer`` made fast: the same config, parameter names and state_dict (a checkpoint loads into
     either), with dropout 0 the same logits at every real target position and the same gradients.
-    Built as the core model turned fast by ``make_fast``; a layer put in later must be fast too (a pass
-    through the model checks, and names the first part that is not).
+    Built as the core model turned fast by ``make_fast``; a pass checks that no core layer was put in since.
 
     The encoder and decoder stacks skip padded positions: they run on the rows of the real tokens only.
     What changes is the output at padded positions of tgt_in, which no loss reads: their logits are those
@@ -123,12 +117,6 @@ class Transformer(core.Transformer):
     def __init__(self, config):
         super().__init__(config)
         make_fast(self)
-
-    def check_fast(self) -> None:
-        # A core layer put into the model after it was built would be handed packed rows it cannot read.
-        why = next((why for name, m in self.named_modules() if (why := why_slow(name, m))), None)
-        if why is not None:
-            raise TypeError(f"mt.fast.Transformer: {why}")
 
     def packed(self, owner: str, name: str, ids, vocab_size: int):
         """Checked ids -> (ids on the active backend, their Packing), the Packing built from the host ids
@@ -150,12 +138,12 @@ class Transformer(core.Transformer):
         return logits
 
     def run_encoder(self, src, src_mask, src_rows=None):      # -> (Ns,D) with packing, else (B,S,D)
-        self.check_fast()
+        check_fast(self, "mt.fast.Transformer")                # a core layer put in since would get packed rows
         x = self.src_dropout.forward(self.src_pos.forward(self.src_embed.forward(src)))   # (B,S,D)
         return self.encoder.forward(pack(src_rows, x), src_mask, src_rows)
 
     def run_decoder(self, tgt_in, memory, src_mask, tgt_rows=None, src_rows=None):   # -> logits (B,T,V)
-        self.check_fast()
+        check_fast(self, "mt.fast.Transformer")
         y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(tgt_in)))   # (B,T,D)
         y = self.decoder.forward(pack(tgt_rows, y), memory, self.tgt_mask(tgt_in), src_mask, (tgt_rows, src_rows))
         return self.projection.forward(unpack(tgt_rows, y))    # (B,T,V); zero rows in, at the padding

@@ -105,24 +105,21 @@ NO_BLAS_CONTROL = ("BLAS threads: the library's own count (threadpoolctl finds n
 class _Blas:
     def __init__(self):
         self.controller = None      # threadpoolctl's controller of the BLAS libraries, found on first use
-        self.initial = None         # the count they started with: the library's own default
+        self.initial = None         # the count they started with (their variables, else the cores)
 
 
 _blas = _Blas()
 
 
 def _find_blas():
-    """threadpoolctl's controller of every BLAS loaded in this process (NumPy's, and any other a module brought);
-    one holding no library where it finds none whose threads it can set."""
+    """threadpoolctl's controller of every BLAS in this process (NumPy's, and any other a module brought)."""
     return threadpoolctl.ThreadpoolController().select(user_api="blas")
 
 
 def _blas_controller():
     if _blas.controller is None:
-        controller = _find_blas()
-        info = controller.info()
-        _blas.initial = info[0]["num_threads"] if info else None
-        _blas.controller = controller
+        _blas.controller = _find_blas()
+        _blas.initial = blas_threads()
     return _blas.controller
 
 
@@ -130,12 +127,6 @@ def blas_threads() -> int | None:
     """The threads NumPy's BLAS uses for a product now; None where it cannot be read (NO_BLAS_CONTROL)."""
     info = _blas_controller().info()
     return int(info[0]["num_threads"]) if info else None
-
-
-def default_blas_threads() -> int | None:
-    """The count the BLAS started with (its environment variables, else the cores); None where it cannot be read."""
-    _blas_controller()
-    return _blas.initial
 
 
 def set_blas_threads(n: int) -> bool:
@@ -169,7 +160,8 @@ def use_blas_threads(n: int | None) -> tuple:
     from_env = blas_threads_from_env()
     if from_env is not None:
         return blas_threads() or from_env[1], from_env[0]
-    wanted = default_blas_threads() if n is None else n
+    _blas_controller()                                         # found once, with the count the BLAS started with
+    wanted = _blas.initial if n is None else n
     if wanted is None or not set_blas_threads(wanted):
         return None, "unknown"
     return blas_threads(), "default" if n is None else "chosen"
