@@ -911,7 +911,7 @@ def test_blas_threads_are_set_through_threadpoolctl_and_restored(no_blas_variabl
     try:
         assert fast_threads.use_blas_threads(1) == (1, "chosen")
         assert blas_counts() == [1] * len(before) and fast_threads.blas_threads() == 1
-        default = fast_threads._blas.initial                   # the count the BLAS started with
+        default = fast_threads._blas_controller()[1]           # the count the BLAS started with
         assert fast_threads.use_blas_threads(None) == (default, "default") and default is not None
         assert blas_counts() == [default] * len(before)
         fast_threads.set_blas_threads(1)
@@ -941,8 +941,8 @@ def test_a_blas_count_in_the_environment_wins(monkeypatch, no_blas_variables):
 def test_without_a_blas_threadpoolctl_can_set_nothing_is_touched_and_one_line_says_so(monkeypatch,
                                                                                       no_blas_variables):
     before = blas_counts()
-    monkeypatch.setattr(fast_threads, "_blas", fast_threads._Blas())   # forget the BLAS found
-    monkeypatch.setattr(fast_threads, "_find_blas", lambda: threadpoolctl.ThreadpoolController().select(user_api="none"))
+    nothing = threadpoolctl.ThreadpoolController().select(user_api="none")   # as with Accelerate: no BLAS found
+    monkeypatch.setattr(fast_threads, "_blas_controller", lambda: (nothing, None))
     assert fast_threads.blas_threads() is None
     assert fast_threads.set_blas_threads(1) is False
     assert fast_threads.use_blas_threads(1) == (None, "unknown") and fast_threads.use_blas_threads(None) == (None, "unknown")

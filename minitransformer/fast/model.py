@@ -73,7 +73,7 @@ FAST_TWINS = {cls.__bases__[0]: cls for cls in (
     layers.Linear, layers.Embedding, layers.Dropout, layers.ReLU, layers.Softmax, layers.LayerNorm,
     layers.ScaledDotProductAttention, layers.MultiHeadAttention, layers.PositionwiseFeedForward,
     EncoderLayer, DecoderLayer, Encoder, Decoder, TiedProjection)}
-_CORE, _FAST = tuple(FAST_TWINS), tuple(FAST_TWINS.values())
+_CORE, _FAST, _FAST_SET = tuple(FAST_TWINS), tuple(FAST_TWINS.values()), set(FAST_TWINS.values())
 
 
 def make_fast(module):
@@ -88,7 +88,15 @@ def make_fast(module):
 
 def check_fast(module, owner: str) -> None:
     """A TypeError naming the first part of module that the fast tier cannot run as it is: a core class with a
-    fast twin, or a subclass of one that is not a fast class."""
+    fast twin, or a subclass of one that is not a fast class. It runs at every pass: a walk without names first."""
+    stack = [module]
+    while stack:
+        m = stack.pop()
+        if type(m) not in _FAST_SET and isinstance(m, _CORE) and not isinstance(m, _FAST):
+            break
+        stack.extend(m._modules.values())
+    else:
+        return
     for name, m in module.named_modules():
         if isinstance(m, _CORE) and not isinstance(m, _FAST):
             base, where = next(c for c in type(m).__mro__ if c in FAST_TWINS), name or "the module"

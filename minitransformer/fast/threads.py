@@ -17,6 +17,7 @@ is what the command line calls: the count chosen for the model, unless the user'
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -29,11 +30,19 @@ from .. import backend, checks
 _POOL_NAME = "minitransformer-pool"
 
 
-def _threads_from_env() -> int:
-    for var in ("MINITRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+def count_from_env(variables) -> tuple | None:
+    """(variable, count) of the first of the environment variables that names a positive count; None if none does."""
+    for var in variables:
         value = os.environ.get(var, "").strip()
         if value.isdigit() and int(value) > 0:
-            return int(value)
+            return var, int(value)
+    return None
+
+
+def _threads_from_env() -> int:
+    found = count_from_env(("MINITRANSFORMER_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"))
+    if found is not None:
+        return found[1]
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS, Windows
@@ -102,30 +111,18 @@ NO_BLAS_CONTROL = ("BLAS threads: the library's own count (threadpoolctl finds n
                    "as with Apple's Accelerate; VECLIB_MAXIMUM_THREADS or OMP_NUM_THREADS, set before the start, set it)")
 
 
-class _Blas:
-    def __init__(self):
-        self.controller = None      # threadpoolctl's controller of the BLAS libraries, found on first use
-        self.initial = None         # the count they started with (their variables, else the cores)
-
-
-_blas = _Blas()
-
-
-def _find_blas():
-    """threadpoolctl's controller of every BLAS in this process (NumPy's, and any other a module brought)."""
-    return threadpoolctl.ThreadpoolController().select(user_api="blas")
-
-
-def _blas_controller():
-    if _blas.controller is None:
-        _blas.controller = _find_blas()
-        _blas.initial = blas_threads()
-    return _blas.controller
+@functools.cache
+def _blas_controller() -> tuple:
+    """(threadpoolctl's controller of every BLAS in this process, NumPy's and any other a module brought; the count
+    they started with, from their variables or else the cores, None where there is none), found once."""
+    controller = threadpoolctl.ThreadpoolController().select(user_api="blas")
+    info = controller.info()
+    return controller, (int(info[0]["num_threads"]) if info else None)
 
 
 def blas_threads() -> int | None:
     """The threads NumPy's BLAS uses for a product now; None where it cannot be read (NO_BLAS_CONTROL)."""
-    info = _blas_controller().info()
+    info = _blas_controller()[0].info()
     return int(info[0]["num_threads"]) if info else None
 
 
@@ -133,20 +130,11 @@ def set_blas_threads(n: int) -> bool:
     """Use n BLAS threads from now on (every BLAS of the process). -> True if it was set, False where no BLAS's
     threads can be set (NO_BLAS_CONTROL): then the library keeps its own setting."""
     n = checks.positive_int("set_blas_threads", "n", n)
-    controller = _blas_controller()
+    controller = _blas_controller()[0]
     if not controller.lib_controllers:
         return False
     controller.limit(limits=n)      # applied now; the returned limiter would restore it only when asked to
     return True
-
-
-def blas_threads_from_env() -> tuple | None:
-    """(variable, count) of the first BLAS_ENV_VARS entry that names a positive count; None if none does."""
-    for var in BLAS_ENV_VARS:
-        value = os.environ.get(var, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return var, int(value)
-    return None
 
 
 def use_blas_threads(n: int | None) -> tuple:
@@ -157,11 +145,10 @@ def use_blas_threads(n: int | None) -> tuple:
           "chosen": this call set it; "default": the library's own count; "unknown": no BLAS whose threads can
           be set (NO_BLAS_CONTROL says so in one line), untouched
     """
-    from_env = blas_threads_from_env()
+    from_env = count_from_env(BLAS_ENV_VARS)
     if from_env is not None:
         return blas_threads() or from_env[1], from_env[0]
-    _blas_controller()                                         # found once, with the count the BLAS started with
-    wanted = _blas.initial if n is None else n
+    wanted = _blas_controller()[1] if n is None else n
     if wanted is None or not set_blas_threads(wanted):
         return None, "unknown"
     return blas_threads(), "default" if n is None else "chosen"
