@@ -10,6 +10,8 @@ by itself (and the count the package's own thread pool takes); "new" runs with n
 program chooses (``minitransformer.kit.cli.common.choose_blas_threads``). Each run is a fresh subprocess of this
 checkout; the old and new runs of a condition alternate, so a change in the machine's load reaches both.
 Target of the whole job: test BLEU >= 95 in under 3 minutes of wall time on 2 cores with one of them kept busy.
+Each row also gives the job's CPU seconds and the mean 1-minute load average while it ran (sampled every 5 s):
+on a machine that other work shares, a wall time means little without them.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +60,12 @@ def stop_busy(processes: list) -> None:
         p.wait()
 
 
+def sample_load(loads: list, done: threading.Event, every: float = 5.0) -> None:
+    """The 1-minute load average, every `every` seconds until done is set: what else ran during a job."""
+    while not done.wait(every):
+        loads.append(os.getloadavg()[0])
+
+
 def run(folder: Path, behaviour: str, args) -> dict:
     """One ``minitransformer train --task toy`` -> its metrics.json, with the wall time measured around it."""
     command = [sys.executable, "-m", "minitransformer", "train", "--task", args.task, "--out", str(folder),
@@ -64,11 +74,21 @@ def run(folder: Path, behaviour: str, args) -> dict:
         command += ["--steps", str(args.steps)]
     if args.limit is not None:
         command += ["--limit", str(args.limit)]
-    started = time.perf_counter()
-    subprocess.run(command, check=True, env=environment(behaviour), stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - started
+    loads, done = [], threading.Event()
+    sampler = threading.Thread(target=sample_load, args=(loads, done), daemon=True)
+    started, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    sampler.start()
+    try:
+        subprocess.run(command, check=True, env=environment(behaviour), stdout=subprocess.DEVNULL)
+    finally:
+        done.set()
+    wall, now = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     metrics = json.loads((folder / "metrics.json").read_text())
-    return {"wall_s": wall, "train_s": metrics["train_seconds"], "steps": metrics["steps"],
+    # CPU seconds of the job alone (the busy processes are reaped later): threads that spin while they wait
+    # for each other show here, whatever else the machine runs.
+    cpu = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
+    return {"wall_s": wall, "cpu_s": cpu, "load": sum(loads) / len(loads) if loads else os.getloadavg()[0],
+            "train_s": metrics["train_seconds"], "steps": metrics["steps"],
             "bleu": metrics.get("bleu"), "stopped": metrics.get("stopped", metrics.get("stop_reason")),
             "blas_threads": metrics.get("blas_threads"), "set_by": metrics.get("blas_threads_set_by")}
 
@@ -100,7 +120,7 @@ def main(argv=None) -> int:
     print(f"{cores()} cores; load average at the start {os.getloadavg()[0]:.2f} "
           f"(an 'idle' figure means little above ~0.3); busy = {args.busy} x `yes > /dev/null`")
     print(f"{'condition':<9} {'BLAS':<4} {'threads':>7}  {'set by':<22} {'steps':>5}  {'train s':>7}  {'wall s':>7}  "
-          f"{'ms/step':>7}  {'BLEU':>6}  stopped")
+          f"{'cpu s':>7}  {'ms/step':>7}  {'BLEU':>6}  {'load':>5}  stopped")
     rows = []
     for condition in args.conditions:
         for repeat in range(args.repeats):
@@ -111,12 +131,13 @@ def main(argv=None) -> int:
                     row = run(folder, behaviour, args)
                 finally:
                     stop_busy(busy)
-                row.update(condition=condition, behaviour=behaviour, repeat=repeat, load=os.getloadavg()[0])
+                row.update(condition=condition, behaviour=behaviour, repeat=repeat)
                 rows.append(row)
                 bleu = "" if row["bleu"] is None else f"{row['bleu']:.2f}"
                 print(f"{condition:<9} {behaviour:<4} {row['blas_threads']!s:>7}  {row['set_by']!s:<22} "
-                      f"{row['steps']:>5}  {row['train_s']:>7.1f}  {row['wall_s']:>7.1f}  "
-                      f"{1000 * row['train_s'] / max(row['steps'], 1):>7.1f}  {bleu:>6}  {row['stopped']}", flush=True)
+                      f"{row['steps']:>5}  {row['train_s']:>7.1f}  {row['wall_s']:>7.1f}  {row['cpu_s']:>7.1f}  "
+                      f"{1000 * row['train_s'] / max(row['steps'], 1):>7.1f}  {bleu:>6}  {row['load']:>5.2f}  "
+                      f"{row['stopped']}", flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     for condition in args.conditions:
         walls = {b: [r["wall_s"] for r in rows if r["condition"] == condition and r["behaviour"] == b]
