@@ -39,3 +39,12 @@ MAX_NDIM = 8
 # lines; these bounds hold 64 times that and keep the lines read within about 1 GB of memory.
 MAX_CORPUS_CHARS = 1 << 27
 MAX_CORPUS_LINES = 1 << 22
+
+# The memory one call may plan to use (``minitransformer.budget``): building a model, decoding, a training step.
+# A fixed default, so that a call is accepted or refused alike on every machine; the environment variable
+# MINITRANSFORMER_MEMORY_BUDGET ("16G") or a check's budget= argument raises or lowers it.
+MEMORY_BUDGET = 4 << 30
+
+# Beams of beam search, and DataParallel's workers: the same bounds as the command line's --beam-size, --workers.
+MAX_BEAM_SIZE = 100
+MAX_WORKERS = 1024
