@@ -411,6 +411,20 @@ def test_bpe_learns_and_encodes_the_toy_corpus_as_it_always_did(kwargs):
     assert digests == TOY_LEARNED[kwargs]
 
 
+def test_bpe_learns_random_words_of_repeated_letters_as_it_always_did():
+    """Words of up to 32 characters drawn from a few letters (a a a, b b: the overlapping pairs), 400 merges:
+    the sha256 of the learned tokenizer's JSON and of the corpus's ids, as the tokenizer gave them before
+    learning counted only the pairs a merge changes."""
+    rng = random.Random(7)
+    texts = [" ".join("".join(rng.choice("aabbcde.") for _ in range(rng.randint(1, 32)))
+                      for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    tok = BPETokenizer.learn(texts, num_merges=400, min_frequency=1)
+    ids = [i for text in texts for i in tok.encode(text)]
+    assert len(tok.merges) == 400
+    assert hashlib.sha256((tok.to_json() + repr(ids)).encode()).hexdigest() == \
+        "6df497d5e87d3bad60048817db552b79185288d3a16536e9c95e497b27a0d03a"
+
+
 class _CountingHeap:
     """heapq, counting the entries popped: the merge loop's iterations."""
 

@@ -375,26 +375,31 @@ class BPETokenizer(_Tokenizer):
                 break
             merges.append(pair)
             vocab.add(pair[0] + pair[1])
-            changed = set()
+            # Only pairs with a, b or ab in them change; the rest of a word's pairs stay as they are.
+            touched, merged = {pair[0], pair[1], pair[0] + pair[1]}, pair[0] + pair[1]
+            delta: Counter = Counter()                    # how each pair's count changes with this merge
             for w in where.pop(pair):
                 old = words[w]
                 new = _merge_pair(old, pair)
                 if new is old:
                     continue
                 for p in itertools.pairwise(old):               # take the word's old pairs out ...
-                    pair_counts[p] -= freqs[w]
-                    changed.add(p)
+                    if p[0] in touched or p[1] in touched:
+                        delta[p] -= freqs[w]
                 for p in itertools.pairwise(new):               # ... and put its new pairs in
-                    pair_counts[p] += freqs[w]
-                    where.setdefault(p, set()).add(w)
-                    changed.add(p)
+                    if p[0] in touched or p[1] in touched:
+                        delta[p] += freqs[w]
+                        if merged in p:
+                            where.setdefault(p, set()).add(w)
                 words[w] = new
-            for p in changed:
-                c = pair_counts[p]
-                if c > 0:
-                    heapq.heappush(heap, (-c, p))
-                else:
-                    del pair_counts[p]
+            for p, d in delta.items():                          # a pair whose count is unchanged keeps its entry
+                if d:
+                    c = pair_counts[p] + d
+                    if c > 0:
+                        pair_counts[p] = c
+                        heapq.heappush(heap, (-c, p))
+                    else:
+                        del pair_counts[p]
         vocab.add(UNK_END_OF_WORD)
         return cls(vocab, merges, lowercase=lowercase)
 
