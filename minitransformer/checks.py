@@ -47,9 +47,12 @@ def positive_int(owner: str, name: str, value) -> int:
 
 def int_in(owner: str, name: str, value, low: int, high: int) -> int:
     """An int in [low, high] (bounds from ``limits``: a count that would exhaust the machine is refused)."""
-    if not _is_int(value) or not low <= value <= high:
-        expected = f"a positive int at most {high:,}" if low == 1 else f"an int in [{low:,}, {high:,}]"
-        raise ValueError(f"{owner}: {name} must be {expected}, got {value!r}")
+    if low == 1:
+        positive_int(owner, name, value)
+    elif not _is_int(value) or value < low:
+        raise ValueError(f"{owner}: {name} must be an int >= {low:,}, got {value!r}")
+    if value > high:
+        raise ValueError(f"{owner}: {name} must be at most {high:,}, got {value!r}")
     return int(value)
 
 

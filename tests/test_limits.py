@@ -85,12 +85,10 @@ def test_a_deep_model_that_never_ends_a_sentence_stops_at_the_source_length_plus
 
 @needs_rlimit
 @pytest.mark.parametrize("call, refusal", [
-    ("decoding.beam_search(model, src, beam_size=10**7)", ("beam_search: beam_size must be a positive int at most 100, "
-                                                          "got 10000000")),
-    ("decoding.beam_search(model, src, beam_size=100_000)", ("beam_search: beam_size must be a positive int at most "
-                                                            "100, got 100000")),
-    ("DataParallel(model, mt.CrossEntropyLoss(), workers=10**6)", ("DataParallel: workers must be a positive int at "
-                                                                  "most 1,024, got 1000000"))])
+    ("decoding.beam_search(model, src, beam_size=10**7)", "beam_search: beam_size must be at most 100, got 10000000"),
+    ("decoding.beam_search(model, src, beam_size=100_000)", "beam_search: beam_size must be at most 100, got 100000"),
+    ("DataParallel(model, mt.CrossEntropyLoss(), workers=10**6)", ("DataParallel: workers must be at most 1,024, "
+                                                                  "got 1000000"))])
 def test_huge_beams_and_worker_counts_are_refused_at_once(call, refusal):
     out = capped(f"""
         import numpy as np, minitransformer as mt
@@ -265,3 +263,16 @@ def test_the_training_estimate_covers_what_a_step_allocates_within_a_factor_of_t
     peak = _peak(step)
     estimate = sum(budget.training_parts(cfg, B, S, T, itemsize=4).values())
     assert peak <= estimate <= 2 * peak, (peak, estimate)
+
+
+def test_int_in_names_the_bound_that_was_passed():
+    from minitransformer import checks
+
+    assert checks.int_in("f", "n", 100, 1, 100) == 100 and checks.int_in("f", "n", np.int64(-3), -3, 5) == -3
+    for value, message in ((101, "f: n must be at most 100, got 101"), (0, "f: n must be a positive int, got 0"),
+                           (2.0, "f: n must be a positive int, got 2.0"), (True, "f: n must be a positive int, got True")):
+        with pytest.raises(ValueError) as err:
+            checks.int_in("f", "n", value, 1, 100)
+        assert str(err.value) == message
+    with pytest.raises(ValueError, match=r"^f: n must be an int >= -3, got -4$"):
+        checks.int_in("f", "n", -4, -3, 5)
