@@ -53,8 +53,12 @@ def memory_budget(budget=None) -> int:
     return int(float(match[1]) * _UNITS[match[2].upper()])
 
 
-def gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+def size(n: int) -> str:
+    """Bytes as people read them: 4.0 GiB, 512.0 MiB, 256.0 KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n / 1024:.1f} KiB"
 
 
 def check(owner: str, parts: dict, what: str, budget=None) -> int:
@@ -62,9 +66,9 @@ def check(owner: str, parts: dict, what: str, budget=None) -> int:
     need, allowed = sum(parts.values()), memory_budget(budget)
     if need > allowed:
         name, biggest = max(parts.items(), key=lambda item: item[1])
-        raise BudgetError(f"{owner}: {what} would take about {gib(need)} ({name}: {gib(biggest)}), more than the "
-                          f"memory budget of {gib(allowed)}; ask for less, or raise the budget with the "
-                          f"environment variable {ENV} (e.g. {ENV}={-(-need >> 30) + 1}G)")
+        raise BudgetError(f"{owner}: {what} would take about {size(need)} ({name}: {size(biggest)}), more than the "
+                          f"memory budget of {size(allowed)}; ask for less, or raise the budget with the "
+                          f"environment variable {ENV} (e.g. {ENV}={-(-need >> 30)}G)")
     return need
 
 
