@@ -325,7 +325,8 @@ class BPETokenizer(_Tokenizer):
         """Learn merges from texts (list of str; for a shared vocabulary pass source and target texts together).
 
         Give exactly one of vocab_size (the final vocabulary size, specials included) or num_merges.
-        Learning stops early when no pair occurs at least min_frequency times.
+        Learning stops early when no pair occurs at least min_frequency times. A piece longer than
+        MAX_LEARN_CHARS characters is learned from in parts of that length, so its cost stays linear.
         lowercase: lowercase every text before learning and encoding (decode then gives lowercase text).
         """
         texts = _check_texts(texts, "BPETokenizer.learn")
