@@ -45,6 +45,17 @@ def positive_int(owner: str, name: str, value) -> int:
     return int(value)
 
 
+def int_in(owner: str, name: str, value, low: int, high: int) -> int:
+    """An int in [low, high] (bounds from ``limits``: a count that would exhaust the machine is refused)."""
+    if low == 1:
+        positive_int(owner, name, value)
+    elif not _is_int(value) or value < low:
+        raise ValueError(f"{owner}: {name} must be an int >= {low:,}, got {value!r}")
+    if value > high:
+        raise ValueError(f"{owner}: {name} must be at most {high:,}, got {value!r}")
+    return int(value)
+
+
 def fraction(owner: str, name: str, value) -> float:
     """A number in [0, 1): a dropout rate, a label smoothing, a decay rate such as Adam's betas."""
     if not _is_number(value) or not 0.0 <= value < 1.0:

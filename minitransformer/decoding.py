@@ -12,7 +12,10 @@ Output convention (both functions): one list of token ids per sentence, without 
 which is NOT included; a sentence that reaches max_len without EOS gives max_len tokens. The padding
 and BOS ids are never generated (their scores are -inf): the target side never sees them mid-sentence.
 ``max_len`` (the most tokens generated per sentence) defaults to that sentence's source length + 50,
-and is capped by ``config.max_len`` (the positional-encoding table's length).
+which is also its cap, as is ``config.max_len`` (the positional-encoding table's length): the work of a
+sentence is bounded by its source for every model. Before any work, ``budget.check_decoding`` refuses a
+decoding whose memory (attention scores of each head, key/value cache, beam x vocabulary scores) passes the
+memory budget.
 
 Both functions run the model in eval mode (dropout off) and restore its previous mode afterwards.
 """
@@ -23,7 +26,8 @@ import contextlib
 
 import numpy
 
-from . import backend, checks
+from . import backend, budget, checks
+from .limits import MAX_BEAM_SIZE
 from .model import Transformer
 
 EXTRA_LENGTH = 50  # default max_len = source length + 50 (§6.1)
@@ -139,19 +143,17 @@ def length_penalty(length, alpha: float):
     return ((5.0 + numpy.asarray(length, dtype=numpy.float64)) / 6.0) ** alpha
 
 
-def _prepare(owner, model, src, max_len):
-    """Check the arguments; the checked source ids (NumPy for host data: the model moves them), and each
-    sentence's length limit (host ints)."""
+def _prepare(owner, model, src, max_len, beam_size=1, naive=False):
+    """Check the arguments, and the memory the decoding will take (``budget``); the checked source ids (NumPy
+    for host data: the model moves them), and each sentence's length limit (host ints)."""
     if not isinstance(model, Transformer):
         raise TypeError(f"{owner}: model must be a minitransformer Transformer, got {type(model).__name__}")
     c = model.config
     src = checks.token_ids(owner, "src", src, c.src_vocab_size, ndim=2, max_len=c.max_len)   # (B,S)
-    if max_len is None:
-        src_lengths = backend.to_numpy((src != c.pad_id).sum(axis=1))     # (B,) real tokens per sentence
-        limits = numpy.minimum(src_lengths + EXTRA_LENGTH, c.max_len)     # (B,)
-    else:
-        checks.positive_int(owner, "max_len", max_len)
-        limits = numpy.full(src.shape[0], min(int(max_len), c.max_len))   # (B,)
+    cap = c.max_len if max_len is None else min(checks.positive_int(owner, "max_len", max_len), c.max_len)
+    src_lengths = backend.to_numpy((src != c.pad_id).sum(axis=1))          # (B,) real tokens per sentence
+    limits = numpy.minimum(src_lengths + EXTRA_LENGTH, cap)                 # (B,)
+    budget.check_decoding(owner, model, src.shape[0], src.shape[1], int(limits.max()), beam_size, naive)
     return src, limits.astype(numpy.int64)
 
 
@@ -193,12 +195,12 @@ def greedy_decode(model, src, max_len=None, naive: bool = False) -> list:
 
     model    a Transformer
     src      (B,S) int token ids (NumPy or the active backend), padded with config.pad_id
-    max_len  the most tokens generated per sentence (default: its source length + 50, capped by config.max_len)
+    max_len  the most tokens generated per sentence (default and cap: its source length + 50; at most config.max_len)
     naive    re-run the decoder on the whole prefix at every step instead of using the key/value cache
     Returns a list of B lists of token ids (no BOS, stopped at EOS, EOS excluded).
     """
     owner = "greedy_decode"
-    src, limits = _prepare(owner, model, src, max_len)
+    src, limits = _prepare(owner, model, src, max_len, 1, naive)
     c = model.config
     with _eval_mode(model):
         step = _NextToken(model, src, naive)
@@ -232,14 +234,14 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     with the best final s. With beam_size=1 this is greedy decoding.
 
     model, src, max_len, naive   as in ``greedy_decode``
-    beam_size                    K, a positive int
+    beam_size                    K, an int in [1, limits.MAX_BEAM_SIZE]
     alpha                        the length penalty's exponent, >= 0 (0: plain log-probability)
     Returns a list of B lists of token ids (no BOS, stopped at EOS, EOS excluded).
     """
     owner = "beam_search"
-    checks.positive_int(owner, "beam_size", beam_size)
+    checks.int_in(owner, "beam_size", beam_size, 1, MAX_BEAM_SIZE)
     checks.non_negative(owner, "alpha", alpha)
-    src, limits = _prepare(owner, model, src, max_len)
+    src, limits = _prepare(owner, model, src, max_len, beam_size, naive)
     c = model.config
     K, eos = int(beam_size), c.eos_id
     with _eval_mode(model):

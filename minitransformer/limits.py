@@ -30,3 +30,21 @@ INT_SETTINGS = {
 MAX_META_BYTES = 64 << 20     # the JSON metadata: vocabularies, merges and a bounded history take a few MB
 MAX_ENTRIES = 100_000         # tensors in one file (a model has hundreds, its optimiser twice as many)
 MAX_NDIM = 8
+
+# ----------------------------------------------------------------------------- what a piece of work may cost
+# Text and work whose cost grows with what a stranger hands over: bounded before (or while) it is read.
+
+# One side of one split of a corpus, counted in decoded characters and lines as it streams in (a gzip that
+# expands without end is refused at the limit). Multi30k's largest file holds 2 million characters in 29,000
+# lines; these bounds hold 64 times that and keep the lines read within about 1 GB of memory.
+MAX_CORPUS_CHARS = 1 << 27
+MAX_CORPUS_LINES = 1 << 22
+
+# The memory one call may plan to use (``minitransformer.budget``): building a model, decoding, a training step.
+# A fixed default, so that a call is accepted or refused alike on every machine; the environment variable
+# MINITRANSFORMER_MEMORY_BUDGET ("16G") or a check's budget= argument raises or lowers it.
+MEMORY_BUDGET = 4 << 30
+
+# Beams of beam search, and DataParallel's workers: the same bounds as the command line's --beam-size, --workers.
+MAX_BEAM_SIZE = 100
+MAX_WORKERS = 1024

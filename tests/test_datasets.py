@@ -2,6 +2,7 @@
 
 import gzip
 import io
+import random
 import re
 import shutil
 from pathlib import Path
@@ -231,6 +232,37 @@ def test_load_multi30k_errors(tmp_path):
     (tmp_path / "val.en").write_text("only one line\n", encoding="utf-8")
     with pytest.raises(ValueError, match="has 3 lines but"):
         load_multi30k(tmp_path, "val")
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1 << 20])
+def test_corpus_lines_stream_in_as_a_text_mode_read_gives_them(tmp_path, monkeypatch, chunk):
+    """Read in chunks of any size (a \r\n or a multi-byte character cut between two), a file gives the lines
+    that reading it whole in text mode gives: universal newlines, whitespace stripped, no line after a final
+    newline."""
+    monkeypatch.setattr(datasets, "_CHUNK_BYTES", chunk)
+    rng = random.Random(chunk)
+    for trial in range(60):
+        text = "".join(rng.choice(["a", "b ", " ", "\n", "\r", "\r\n", "ü", "€", "\t"]) for _ in range(rng.randint(0, 40)))
+        path = tmp_path / f"{trial}.txt"
+        path.write_bytes(text.encode("utf-8"))
+        expected = [line.strip() for line in io.StringIO(text, newline=None)]
+        assert datasets._read_lines(path) == expected, repr(text)
+
+
+def test_corpus_limits_count_decoded_characters_and_lines(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.limits, "MAX_CORPUS_CHARS", 100)
+    monkeypatch.setattr(datasets.limits, "MAX_CORPUS_LINES", 10)
+    path = tmp_path / "train.de.gz"
+    path.write_bytes(gzip.compress(("ü" * 100 + "\n").encode()))       # 101 characters, 201 bytes
+    with pytest.raises(ValueError, match=r"train.de.gz: more than 100 characters once decompressed.*MAX_CORPUS_CHARS"):
+        datasets._read_lines(path)
+    path.write_bytes(gzip.compress(("ü" * 99).encode()))                 # 99 characters in 198 bytes: taken
+    assert datasets._read_lines(path) == ["ü" * 99]
+    path.write_bytes(gzip.compress(b"a\n" * 11))
+    with pytest.raises(ValueError, match=r"more than 10 lines once decompressed.*MAX_CORPUS_LINES"):
+        datasets._read_lines(path)
+    path.write_bytes(gzip.compress(b"a\n" * 10))
+    assert datasets._read_lines(path) == ["a"] * 10
 
 
 def test_multi30k_dir_lookup(monkeypatch, tmp_path):

@@ -211,7 +211,7 @@ def test_output_conventions(model, rng):
             assert len(ids) <= 9
 
 
-def test_default_max_len_is_source_length_plus_50_capped(float64, rng):
+def test_max_len_is_source_length_plus_50_at_most(float64, rng):
     model = varied_model(max_len=40)
     model.projection.b.data[EOS] -= 1e3                                # EOS never wins: run to the limit
     src = sources(rng)
@@ -221,7 +221,10 @@ def test_default_max_len_is_source_length_plus_50_capped(float64, rng):
     model.projection.b.data[EOS] -= 1e3
     assert [len(o) for o in decoding.greedy_decode(model, src[:, :2])] == [52, 52, 52, 52, 52, 51]
     assert [len(o) for o in decoding.beam_search(model, src[:, :2], beam_size=2)] == [52, 52, 52, 52, 52, 51]
-    assert [len(o) for o in decoding.greedy_decode(model, src, max_len=1000)] == [512] * 6   # capped
+    # an explicit max_len may only lower the limit: the source length + 50 caps it, for every model
+    assert [len(o) for o in decoding.greedy_decode(model, src, max_len=1000)] == [n + 50 for n in lengths]
+    assert [len(o) for o in decoding.beam_search(model, src, beam_size=2, max_len=10**30)] == [n + 50 for n in lengths]
+    assert [len(o) for o in decoding.greedy_decode(model, src, max_len=53)] == [min(n + 50, 53) for n in lengths]
 
 
 def test_mode_is_restored(model, rng):

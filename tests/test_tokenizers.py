@@ -1,10 +1,15 @@
 """Tokenisers: special ids, BPE merges worked out by hand, exact round trips, JSON, input checks."""
 
+import hashlib
+import heapq
+import itertools
 import json
+import random
 
 import numpy as np
 import pytest
 
+from minitransformer.kit.data import datasets, tokenizers
 from minitransformer.kit.data.tokenizers import (
     BOS,
     EOS,
@@ -328,3 +333,139 @@ def test_readable_tokens_of_a_list():
     assert readable_tokens(["a</w>", "orange", "farbenen</w>", "<eos>"]) == ["a", "orange@@", "farbenen", "<eos>"]
     assert readable_tokens(["the", "dog", "4"]) == ["the", "dog", "4"]          # not BPE: unchanged
     assert readable_tokens([3, 4]) == ["3", "4"]
+
+
+# ----------------------------------------------------------------------------- cost on long words
+
+def _rescan_merges(ranks: dict, symbols: list) -> list:
+    """The reference the tokenizer's heap must equal: find the lowest-ranked adjacent pair of the whole word,
+    merge every occurrence of it left to right, rescan (O(n) per merge)."""
+    while len(symbols) > 1:
+        best = min(set(itertools.pairwise(symbols)), key=lambda p: ranks.get(p, len(ranks)))
+        if best not in ranks:
+            break
+        out, i = [], 0
+        while i < len(symbols):
+            if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
+                out.append(symbols[i] + symbols[i + 1])
+                i += 2
+            else:
+                out.append(symbols[i])
+                i += 1
+        symbols = out
+    return symbols
+
+
+def _toy_texts():
+    return [s for pair in datasets.load_toy("train") for s in pair]
+
+
+def test_bpe_heap_equals_the_rescanning_loop_on_the_toy_corpus_and_random_words():
+    texts = _toy_texts()
+    tok = BPETokenizer.learn(texts, num_merges=2000, min_frequency=1)
+    rng = random.Random(0)
+    alphabet = sorted(set("".join(texts)) - {" "})
+    pieces = [p for text in texts[:2000] for p in tok.pieces(text)]
+    pieces += [("".join(rng.choice(alphabet[:rng.randint(2, len(alphabet))]) for _ in range(rng.randint(1, 80))),
+                rng.random() < 0.5) for _ in range(2000)]
+    for piece in pieces:
+        symbols = tokenizers._initial_symbols(*piece)
+        assert tok._apply_merges(symbols) == _rescan_merges(tok.ranks, symbols), piece
+
+
+def test_bpe_heap_equals_the_rescanning_loop_with_merges_in_any_order():
+    """Merges read from a file need not come in the order learning makes them (a merge may build on a later
+    one): the heap still merges what the rescanning loop merges, repeated letters (a a a) included."""
+    rng = random.Random(1)
+    for _ in range(2000):
+        symbols, merges = ["a", "b", "a</w>", "b</w>"], []
+        for _ in range(rng.randint(0, 12)):
+            pair = (rng.choice([s for s in symbols if not s.endswith("</w>")]), rng.choice(symbols))
+            if pair not in merges:
+                merges.append(pair)
+                symbols.append(pair[0] + pair[1])
+        rng.shuffle(merges)
+        tok = BPETokenizer(merges=merges)
+        word = tokenizers._initial_symbols("".join(rng.choice("ab") for _ in range(rng.randint(1, 30))),
+                                           rng.random() < 0.5)
+        assert tok._apply_merges(word) == _rescan_merges(tok.ranks, word), (word, merges)
+
+
+# What learning gave on the toy corpus before words were bounded in learning (sha256 of to_json(), and of the
+# ids of the first 2,000 sentences): a corpus of ordinary words learns and encodes exactly as before.
+TOY_LEARNED = {
+    (("vocab_size", 300),): ("86b6fc65a05c09f9c4ee2e9b99381c40394bcf74333b1ba24b433b109b58ba8e",
+                             "ee47e1f3ebdaa690f767dda4500ca1c2fafee6bdcf2e9669b90f655c4975be12"),
+    (("min_frequency", 1), ("num_merges", 2000)): (
+        "48beff51a2255499453c5f0380ebafec51f76a2a7e6974f0522c1c71ac262a1e",
+        "c789ab986e899eb82a062505d93cea09c35785df2a06299e3138fd2dd27f8409"),
+}
+
+
+@pytest.mark.parametrize("kwargs", sorted(TOY_LEARNED))
+def test_bpe_learns_and_encodes_the_toy_corpus_as_it_always_did(kwargs):
+    texts = _toy_texts()
+    tok = BPETokenizer.learn(texts, **dict(kwargs))
+    ids = [i for text in texts[:2000] for i in tok.encode(text)]
+    digests = (hashlib.sha256(tok.to_json().encode()).hexdigest(), hashlib.sha256(json.dumps(ids).encode()).hexdigest())
+    assert digests == TOY_LEARNED[kwargs]
+
+
+def test_bpe_learns_random_words_of_repeated_letters_as_it_always_did():
+    """Words of up to 32 characters drawn from a few letters (a a a, b b: the overlapping pairs), 400 merges:
+    the sha256 of the learned tokenizer's JSON and of the corpus's ids, as the tokenizer gave them before
+    learning counted only the pairs a merge changes."""
+    rng = random.Random(7)
+    texts = [" ".join("".join(rng.choice("aabbcde.") for _ in range(rng.randint(1, 32)))
+                      for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    tok = BPETokenizer.learn(texts, num_merges=400, min_frequency=1)
+    ids = [i for text in texts for i in tok.encode(text)]
+    assert len(tok.merges) == 400
+    assert hashlib.sha256((tok.to_json() + repr(ids)).encode()).hexdigest() == \
+        "6df497d5e87d3bad60048817db552b79185288d3a16536e9c95e497b27a0d03a"
+
+
+class _CountingHeap:
+    """heapq, counting the entries popped: the merge loop's iterations."""
+
+    def __init__(self):
+        self.pops = 0
+        self.heapify, self.heappush = heapq.heapify, heapq.heappush
+
+    def heappop(self, heap):
+        self.pops += 1
+        return heapq.heappop(heap)
+
+
+def test_bpe_encoding_a_word_takes_a_number_of_steps_linear_in_its_length(monkeypatch):
+    """Each merge removes a symbol and pushes at most two pairs, so a word of n characters pops at most 3n heap
+    entries (the rescanning loop walks the whole word once per merge: ~n^2 / 2 steps on a word that merges)."""
+    texts = _toy_texts()
+    tok = BPETokenizer.learn(texts, num_merges=2000, min_frequency=1)
+    letters = "".join(ch for text in texts for ch in text if ch.isalpha())
+    counter = _CountingHeap()
+    monkeypatch.setattr(tokenizers, "heapq", counter)
+    for n in (1_000, 10_000, 100_000):
+        counter.pops = 0
+        symbols = tok._apply_merges(tokenizers._initial_symbols(letters[:n], True))
+        merged = n - len(symbols)
+        assert merged > n // 3                            # most of the word merges: the case that costs most
+        assert merged <= counter.pops <= 3 * n
+
+
+def test_bpe_learning_bounds_the_words_it_rewrites(monkeypatch):
+    """Learning rewrites every word that holds the pair it merges: a 20,000-character word is learned from in
+    parts of MAX_LEARN_CHARS characters, so no merge costs more than that per part. The parts keep the word's
+    end only on the last."""
+    longest = []
+    merge_pair = tokenizers._merge_pair
+    monkeypatch.setattr(tokenizers, "_merge_pair", lambda symbols, pair: longest.append(len(symbols)) or
+                        merge_pair(symbols, pair))
+    rng = random.Random(2)
+    word = "".join(rng.choice("abcdefgh") for _ in range(20_000))
+    tok = BPETokenizer.learn(["a short text", word], num_merges=200)
+    assert len(tok.merges) == 200 and 0 < max(longest) <= tokenizers.MAX_LEARN_CHARS
+    chunks = list(tokenizers._learning_chunks("x" * 70, True))
+    assert chunks == [("x" * 32, False), ("x" * 32, False), ("x" * 6, True)]
+    assert list(tokenizers._learning_chunks("x" * 32, False)) == [("x" * 32, False)]
+    assert tok.decode(tok.encode(word)) == word                 # a long word still encodes whole

@@ -12,7 +12,8 @@ import itertools
 
 import numpy
 
-from .. import backend, checks
+from .. import backend, budget, checks
+from ..limits import MAX_WORKERS
 from ..module import Module
 from .optim import CPU_CHUNK
 from .threads import get_num_threads, parallel_map
@@ -48,7 +49,7 @@ class DataParallel:
     """
 
     def __init__(self, model, loss_fn, workers: int = 2):
-        self.workers = checks.positive_int("DataParallel", "workers", workers)
+        self.workers = checks.int_in("DataParallel", "workers", workers, 1, MAX_WORKERS)
         if not isinstance(model, Module):
             raise TypeError(f"DataParallel: model must be a Module (forward(src, tgt_in) -> logits), "
                             f"got {type(model).__name__}")
@@ -56,6 +57,7 @@ class DataParallel:
                 not hasattr(loss_fn, "ignore_index"):
             raise TypeError(f"DataParallel: loss_fn must be a CrossEntropyLoss (forward, backward, ignore_index), "
                             f"got {type(loss_fn).__name__}")
+        budget.check_replicas("DataParallel", model, self.workers)          # each replica has its own grads
         self.model, self.loss_fn = model, loss_fn
         self.replicas = [model] + [self._replicate(model) for _ in range(self.workers - 1)]
         self.params = model.parameters()

@@ -15,14 +15,15 @@ then ``../shared/data/multi30k`` next to the repository, then ``~/.cache/minitra
 
 from __future__ import annotations
 
+import codecs
 import gzip
-import io
 import os
 import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
 
+from minitransformer import limits
 from minitransformer.kit.data import toy_grammar
 from minitransformer.kit.running.files import open_regular
 
@@ -36,37 +37,53 @@ MULTI30K_ALIASES = {"valid": "val", "test": "test_2016_flickr"}   # so "--split 
 MULTI30K_LANGS = ("en", "de")
 MULTI30K_ENV = "MINITRANSFORMER_MULTI30K"
 MULTI30K_CACHE = Path("~/.cache/minitransformer/multi30k")
-MAX_CORPUS_BYTES = 1 << 30        # one side of one split; Multi30k's largest file holds 2 MB
+_CHUNK_BYTES = 1 << 20            # a corpus file is read, decompressed and decoded this much at a time
 
 
 def _read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file, gzipped when the name ends in .gz, without surrounding whitespace.
 
     A corpus folder may come from elsewhere, so the file must be a regular file (``files.open_regular``: a
-    FIFO would block forever) of at most MAX_CORPUS_BYTES once decompressed, and a damaged gzip or a byte
-    that is not UTF-8 is a ValueError naming the file (and the line).
+    FIFO would block forever) of at most ``limits.MAX_CORPUS_CHARS`` characters in ``limits.MAX_CORPUS_LINES``
+    lines once decompressed and decoded, counted as it streams in, so that a small gzip that expands without
+    end is refused at the limit with the memory of the limit; a damaged gzip or a byte that is not UTF-8 is a
+    ValueError naming the file (and the line). Lines end at \n, \r\n or \r, as in a file read in text mode.
     """
+    lines, pending, chars = [], [], 0        # pending: the pieces of the line not yet ended
+    decoder = codecs.getincrementaldecoder("utf-8")()
     with open_regular(path, "corpus file") as raw:
         gzipped = path.suffix == ".gz"
-        try:
-            if gzipped:
-                with gzip.GzipFile(fileobj=raw, mode="rb") as f:
-                    data = f.read(MAX_CORPUS_BYTES + 1)
-            else:
-                data = raw.read(MAX_CORPUS_BYTES + 1)
-        except (OSError, EOFError, zlib.error) as err:
-            what = "not a readable gzip file" if gzipped else "cannot be read"
-            raise ValueError(f"{path}: {what} ({type(err).__name__}: {err})") from None
-    if len(data) > MAX_CORPUS_BYTES:
-        raise ValueError(f"{path}: more than {MAX_CORPUS_BYTES >> 20} MiB of text"
-                         f"{' once decompressed' if gzipped else ''}: refused")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte {data[err.start]:#04x})") from None
-    # the same lines as iterating over the file in text mode: universal newlines (\n, \r\n, \r)
-    return [line.strip() for line in io.StringIO(text, newline=None)]
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+        carry = ""                           # a \r at the end of a chunk: its \n may start the next one
+        while True:
+            try:
+                data = stream.read(_CHUNK_BYTES)
+            except (OSError, EOFError, zlib.error) as err:
+                what = "not a readable gzip file" if gzipped else "cannot be read"
+                raise ValueError(f"{path}: {what} ({type(err).__name__}: {err})") from None
+            try:
+                text = carry + decoder.decode(data, final=not data)
+            except UnicodeDecodeError as err:
+                line = len(lines) + 1 + err.object.count(b"\n", 0, err.start)
+                raise ValueError(f"{path}, line {line}: not UTF-8 text (byte {err.object[err.start]:#04x})") from None
+            carry = "\r" if data and text.endswith("\r") else ""
+            text = text[:-1] if carry else text
+            chars += len(text)
+            parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            pending.append(parts[0])
+            for part in parts[1:]:
+                lines.append("".join(pending).strip())
+                pending = [part]
+            for count, name, what in ((chars, "MAX_CORPUS_CHARS", "characters"), (len(lines), "MAX_CORPUS_LINES", "lines")):
+                if count > getattr(limits, name):
+                    raise ValueError(f"{path}: more than {getattr(limits, name):,} {what}"
+                                     f"{' once decompressed' if gzipped else ''}, the most a corpus file may hold "
+                                     f"(minitransformer.limits.{name}): refused")
+            if not data:
+                break
+    if any(pending):                         # the last line, when the file does not end with a newline
+        lines.append("".join(pending).strip())
+    return lines
 
 
 def _pairs(src_lines: list[str], tgt_lines: list[str], src_path, tgt_path) -> list[tuple[str, str]]:

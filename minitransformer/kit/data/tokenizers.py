@@ -48,6 +48,10 @@ SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 END_OF_WORD = "</w>"
 UNK_END_OF_WORD = SPECIAL_TOKENS[UNK] + END_OF_WORD     # BPE: an unknown character that ends a word
 
+# Pieces longer than this are learned from in parts of this length (``_learning_chunks``), and are not kept in
+# the encoding cache; they encode whole, as any piece does.
+MAX_LEARN_CHARS = 32
+
 # A run of letters/digits/underscore, or one character that is neither a letter/digit nor a space.
 _PIECE_RE = re.compile(r"\w+|[^\w\s]")
 
@@ -321,7 +325,8 @@ class BPETokenizer(_Tokenizer):
         """Learn merges from texts (list of str; for a shared vocabulary pass source and target texts together).
 
         Give exactly one of vocab_size (the final vocabulary size, specials included) or num_merges.
-        Learning stops early when no pair occurs at least min_frequency times.
+        Learning stops early when no pair occurs at least min_frequency times. A piece longer than
+        MAX_LEARN_CHARS characters is learned from in parts of that length, so its cost stays linear.
         lowercase: lowercase every text before learning and encoding (decode then gives lowercase text).
         """
         texts = _check_texts(texts, "BPETokenizer.learn")
@@ -336,7 +341,7 @@ class BPETokenizer(_Tokenizer):
 
         # Distinct pieces and their counts; each piece as a list of symbols.
         reader = cls(lowercase=lowercase)                 # prepares the text as encode will
-        piece_counts = Counter(p for text in texts for p in reader.pieces(text))
+        piece_counts = Counter(chunk for text in texts for p in reader.pieces(text) for chunk in _learning_chunks(*p))
         words = [_initial_symbols(piece, ends_word) for piece, ends_word in piece_counts]
         freqs = list(piece_counts.values())
 
@@ -371,26 +376,31 @@ class BPETokenizer(_Tokenizer):
                 break
             merges.append(pair)
             vocab.add(pair[0] + pair[1])
-            changed = set()
+            # Only pairs with a, b or ab in them change; the rest of a word's pairs stay as they are.
+            touched, merged = {pair[0], pair[1], pair[0] + pair[1]}, pair[0] + pair[1]
+            delta: Counter = Counter()                    # how each pair's count changes with this merge
             for w in where.pop(pair):
                 old = words[w]
                 new = _merge_pair(old, pair)
                 if new is old:
                     continue
                 for p in itertools.pairwise(old):               # take the word's old pairs out ...
-                    pair_counts[p] -= freqs[w]
-                    changed.add(p)
+                    if p[0] in touched or p[1] in touched:
+                        delta[p] -= freqs[w]
                 for p in itertools.pairwise(new):               # ... and put its new pairs in
-                    pair_counts[p] += freqs[w]
-                    where.setdefault(p, set()).add(w)
-                    changed.add(p)
+                    if p[0] in touched or p[1] in touched:
+                        delta[p] += freqs[w]
+                        if merged in p:
+                            where.setdefault(p, set()).add(w)
                 words[w] = new
-            for p in changed:
-                c = pair_counts[p]
-                if c > 0:
-                    heapq.heappush(heap, (-c, p))
-                else:
-                    del pair_counts[p]
+            for p, d in delta.items():                          # a pair whose count is unchanged keeps its entry
+                if d:
+                    c = pair_counts[p] + d
+                    if c > 0:
+                        pair_counts[p] = c
+                        heapq.heappush(heap, (-c, p))
+                    else:
+                        del pair_counts[p]
         vocab.add(UNK_END_OF_WORD)
         return cls(vocab, merges, lowercase=lowercase)
 
@@ -415,7 +425,7 @@ class BPETokenizer(_Tokenizer):
         if cached is None:
             symbols = self._apply_merges(_initial_symbols(*piece))
             cached = tuple(self._symbol_id(s) for s in symbols)
-            if len(self._cache) < 200_000:
+            if len(self._cache) < 200_000 and len(piece[0]) <= MAX_LEARN_CHARS:
                 self._cache[piece] = cached
         return cached
 
@@ -435,14 +445,39 @@ class BPETokenizer(_Tokenizer):
         return self.vocab[UNK_END_OF_WORD]
 
     def _apply_merges(self, symbols: list[str]) -> list[str]:
-        """Merge the lowest-ranked (earliest learned) adjacent pair, again and again, until none is known."""
-        while len(symbols) > 1:
-            pairs = set(itertools.pairwise(symbols))
-            best = min(pairs, key=lambda p: self.ranks.get(p, len(self.ranks)))
-            if best not in self.ranks:
-                break
-            symbols = _merge_pair(symbols, best)
-        return symbols
+        """Merge the lowest-ranked (earliest learned) adjacent pair, every occurrence left to right, again and
+        again, until no adjacent pair is a merge: the order learning merged them in.
+
+        A word of n symbols costs O(n log n), whatever its length: the symbols form a linked list (``after[i]``,
+        ``before[i]``; a symbol merged into its left neighbour becomes None) and a heap holds (rank, position)
+        of every mergeable pair. The heap hands over all pairs of the lowest rank at once, in position order,
+        which is the left-to-right pass over the word; an entry whose symbols have changed since it was
+        pushed is skipped. Each merge removes a symbol and pushes at most two pairs (its new neighbours)."""
+        n = len(symbols)
+        symbols = list(symbols)
+        after, before = list(range(1, n + 1)), list(range(-1, n - 1))         # n / -1: no neighbour
+        heap = [(self.ranks[p], i) for i, p in enumerate(itertools.pairwise(symbols)) if p in self.ranks]
+        heapq.heapify(heap)
+        while heap:
+            rank, group = heap[0][0], []
+            while heap and heap[0][0] == rank:
+                group.append(heapq.heappop(heap)[1])            # positions, left to right
+            new_pairs = []
+            for i in group:
+                j = after[i]
+                if symbols[i] is None or j == n or (symbols[i], symbols[j]) != self.merges[rank]:
+                    continue                                    # stale: merged or changed since it was pushed
+                symbols[i], symbols[j] = symbols[i] + symbols[j], None
+                after[i] = after[j]
+                if after[i] < n:
+                    before[after[i]] = i
+                new_pairs += [before[i], i]                     # the pairs the new symbol starts or ends
+            for left in new_pairs:                              # pushed after the pass: none has this rank
+                if left >= 0 and symbols[left] is not None and after[left] < n:
+                    rank_left = self.ranks.get((symbols[left], symbols[after[left]]))
+                    if rank_left is not None:
+                        heapq.heappush(heap, (rank_left, left))
+        return [s for s in symbols if s is not None]
 
     def decode(self, ids, skip_special: bool = True) -> str:
         out = []
@@ -463,6 +498,18 @@ class BPETokenizer(_Tokenizer):
         _check_dict(data, "bpe", "BPETokenizer.from_dict")
         return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), [tuple(m) for m in data.get("merges", [])],
                    lowercase=data.get("lowercase", False))
+
+
+def _learning_chunks(piece: str, ends_word: bool):
+    """What learning counts pairs in: the piece itself, or a piece longer than MAX_LEARN_CHARS cut into parts of
+    that many characters (the last keeps ends_word). Each merge rewrites every part that holds its pair, so an
+    uncut piece of n characters would cost O(n) per merge; the pairs across a cut (one per MAX_LEARN_CHARS
+    characters of a word longer than any real one) are not counted."""
+    if len(piece) <= MAX_LEARN_CHARS:
+        yield piece, ends_word
+        return
+    for start in range(0, len(piece), MAX_LEARN_CHARS):
+        yield piece[start:start + MAX_LEARN_CHARS], ends_word and start + MAX_LEARN_CHARS >= len(piece)
 
 
 def _initial_symbols(piece: str, ends_word: bool) -> list[str]:

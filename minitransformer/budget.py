@@ -1,0 +1,187 @@
+"""What a piece of work will take in memory, estimated before it starts, and refused past a budget.
+
+A model, a batch, a beam or a line to decode is small to describe and may be huge to run: a 15 KB checkpoint
+with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores. Each public entry point that
+builds or runs a model adds up, from the sizes alone, the arrays it will hold at its peak, and refuses in one
+line, naming the biggest of them and how to raise the budget, when the sum passes the budget:
+
+    budget  limits.MEMORY_BUDGET (4 GiB), a fixed default so that the same call is accepted or refused alike
+            on every machine; the environment variable MINITRANSFORMER_MEMORY_BUDGET (bytes, or a number with
+            K, M, G or T: "16G") or the ``budget=`` argument of the checks below overrides it.
+
+The estimates count what the code keeps alive at once, to within a small factor (the tests hold each one
+against the memory really allocated): the weights and their gradients; for each layer, the activations its
+forward keeps (in eval mode too: ``Module.save_for_backward``), among them the attention scores, a (B,H,Tq,Tk)
+array per step of scaled dot-product attention; the decoder's key/value cache, (B*K,H,t,Dk) per layer and
+side; and beam search's candidate scores, (B,K,V) float64 and their copies.
+
+    check_model(config)                          building a model: its weights and their gradients
+    check_decoding(owner, model, B, S, T, ...)   encoding B sources of S tokens, decoding T tokens per beam
+    check_training(config, B, S, T)              one training step on a (B,S) -> (B,T) batch
+    check_replicas(owner, model, workers)        DataParallel's replicas, each with gradients of its own
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy
+
+from . import backend, limits
+
+ENV = "MINITRANSFORMER_MEMORY_BUDGET"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class BudgetError(ValueError):
+    """A piece of work whose estimated memory passes the budget; raised before anything is allocated."""
+
+
+def memory_budget(budget=None) -> int:
+    """The budget in bytes: ``budget`` if given, else $MINITRANSFORMER_MEMORY_BUDGET, else limits.MEMORY_BUDGET."""
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, numpy.integer)) or budget <= 0:
+            raise ValueError(f"memory budget must be a positive number of bytes, got {budget!r}")
+        return int(budget)
+    text = os.environ.get(ENV, "").strip()
+    if not text:
+        return limits.MEMORY_BUDGET
+    match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,6})?)\s*([KMGT]?)(?:i?B)?", text, flags=re.IGNORECASE)
+    if not match or float(match[1]) <= 0:
+        raise ValueError(f"{ENV} must be a positive size such as 8G, 512M or 4294967296, got {text!r}")
+    return int(float(match[1]) * _UNITS[match[2].upper()])
+
+
+def size(n: int) -> str:
+    """Bytes as people read them: 4.0 GiB, 512.0 MiB, 256.0 KiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n / 1024:.1f} KiB"
+
+
+def check(owner: str, parts: dict, what: str, budget=None) -> int:
+    """Refuse (BudgetError) when the parts (name -> bytes) add up to more than the budget; -> the sum."""
+    need, allowed = sum(parts.values()), memory_budget(budget)
+    if need > allowed:
+        name, biggest = max(parts.items(), key=lambda item: item[1])
+        raise BudgetError(f"{owner}: {what} would take about {size(need)} ({name}: {size(biggest)}), more than the "
+                          f"memory budget of {size(allowed)}; ask for less, or raise the budget with the "
+                          f"environment variable {ENV} (e.g. {ENV}={-(-need >> 30)}G)")
+    return need
+
+
+def _sizes(config):
+    """(D, H, Dk, inner = H*Dk, F) of a config."""
+    dk = config.d_k or config.d_model // config.num_heads
+    return config.d_model, config.num_heads, dk, config.num_heads * dk, config.d_ff
+
+
+def parameter_count(config) -> int:
+    """How many numbers the weights of ``Transformer(config)`` hold, computed without building it."""
+    d, _, _, inner, f = _sizes(config)
+
+    def linear(n_in, n_out):
+        return n_in * n_out + n_out
+
+    attention = 3 * linear(d, inner) + linear(inner, d)
+    ffn, norm = linear(d, f) + linear(f, d), 2 * d
+    total = config.num_encoder_layers * (attention + ffn + 2 * norm)
+    total += config.num_decoder_layers * (2 * attention + ffn + 3 * norm)
+    total += 2 * norm if config.norm_first else 0                             # each stack's final LayerNorm
+    total += config.src_vocab_size * d + (0 if config.share_embeddings else config.tgt_vocab_size * d)
+    total += 2 * config.max_len * d if config.positional == "learned" else 0
+    total += 0 if config.tie_output else linear(d, config.tgt_vocab_size)
+    return total
+
+
+def model_parts(config, itemsize: int) -> dict:
+    """Bytes of a built model: weights, their gradients (a Parameter's .grad is allocated with it), and the
+    two sinusoidal position tables (max_len, D)."""
+    weights = parameter_count(config) * itemsize
+    return {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len *
+            config.d_model * itemsize}
+
+
+def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int | None) -> int:
+    """Numbers one layer keeps for rows sequences of tq positions (self-attention over tk_self keys, and
+    cross-attention over tk_cross keys in a decoder layer): per attention, the projections, the heads and
+    four (rows,H,tq,tk) arrays (scores, scaled, masked, weights); the feed-forward's (rows,tq,F) twice; the
+    residual sums and LayerNorms' (rows,tq,D) some ten times."""
+    d, h, _, inner, f = _sizes(config)
+    total = rows * tq * (4 * h * tk_self + 8 * inner + 2 * f + 10 * d)
+    if tk_cross is not None:
+        total += rows * tq * (4 * h * tk_cross + 8 * inner + 4 * d)
+    return total
+
+
+def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1, naive: bool = False,
+                   itemsize: int = 4) -> dict:
+    """Bytes of encoding batch sources of src_len tokens and decoding out_len tokens for each of beam
+    hypotheses per source (greedy: beam 1): the encoder's activations (kept while the decoder runs), the
+    decoder's per step (the cached path: one position over the key/value cache, which holds the prefix's
+    keys and values and the projected memory, twice while it grows or is reordered; the naive path: the
+    whole prefix again), and the next-token scores (log-softmax and beam candidates in float64)."""
+    _, _, _, inner, _ = _sizes(config)
+    rows, vocab = batch * beam, config.tgt_vocab_size
+    encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
+    if naive:
+        decoder = config.num_decoder_layers * _layer_activations(config, rows, out_len, out_len, src_len)
+    else:
+        cache = 2 * 2 * rows * inner * (out_len + src_len)                          # keys and values, doubled
+        decoder = config.num_decoder_layers * (cache + _layer_activations(config, rows, 1, out_len, src_len))
+    scores = rows * vocab * (8 * 8 + itemsize) + rows * out_len * 8 * 3            # (B*K,V) float64 copies
+    return {"the encoder's activations (attention scores of each head)": encoder * itemsize,
+            "the decoder's key/value cache and activations": decoder * itemsize,
+            "the next-token scores (beam x vocabulary)": scores}
+
+
+def training_parts(config, batch: int, src_len: int, tgt_len: int, itemsize: int) -> dict:
+    """Bytes of one training step on a (batch, src_len) -> (batch, tgt_len) batch: the activations every layer
+    keeps for backward, the logits and their gradient, and the gradients flowing back through a layer."""
+    d = config.d_model
+    encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
+    decoder = config.num_decoder_layers * _layer_activations(config, batch, tgt_len, tgt_len, src_len)
+    logits = 4 * batch * tgt_len * config.tgt_vocab_size                       # logits, softmax, gradient
+    backward = 4 * batch * max(src_len, tgt_len) * (d + config.num_heads * max(src_len, tgt_len))
+    return {"activations kept for backward (attention scores of each head)": (encoder + decoder) * itemsize,
+            "logits and their gradient (batch x length x vocabulary)": logits * itemsize,
+            "gradients in flight": backward * itemsize}
+
+
+def _itemsize(dtype=None) -> int:
+    return numpy.dtype(dtype if dtype is not None else backend.get_default_dtype()).itemsize
+
+
+def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> int:
+    """Refuse a config whose model (weights, gradients, position tables) passes the budget, before it is built."""
+    return check(owner, model_parts(config, _itemsize(dtype)), "building this model", budget)
+
+
+def check_decoding(owner: str, model, batch: int, src_len: int, out_len: int, beam: int = 1, naive: bool = False,
+                   budget=None) -> int:
+    """Refuse decoding whose memory, the model's weights included, passes the budget, before it starts."""
+    itemsize = _itemsize(model.parameters()[0].data.dtype)
+    parts = {"the model's weights": 2 * parameter_count(model.config) * itemsize,
+             **decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize)}
+    what = f"decoding {batch} x {src_len} source tokens into {out_len} tokens" + (f" x beam {beam}" if beam > 1 else "")
+    return check(owner, parts, what, budget)
+
+
+def check_training(config, batch: int, src_len: int, tgt_len: int, workers: int = 1, dtype=None,
+                   owner: str = "train", budget=None) -> int:
+    """Refuse a training step (model, Adam's two moments, activations of a (batch, src_len) -> (batch, tgt_len)
+    batch; gradients of each extra worker's replica) whose memory passes the budget."""
+    itemsize = _itemsize(dtype)
+    weights = parameter_count(config) * itemsize
+    parts = {**model_parts(config, itemsize), "Adam's moments": 2 * weights,
+             "the workers' own gradients": (workers - 1) * weights,
+             **training_parts(config, batch, src_len, tgt_len, itemsize)}
+    return check(owner, parts, f"training on batches of {batch} x {src_len} -> {tgt_len} tokens", budget)
+
+
+def check_replicas(owner: str, model, workers: int, budget=None) -> int:
+    """Refuse ``workers`` replicas of model whose gradients (one set per extra replica) pass the budget."""
+    grads = sum(int(p.data.nbytes) for p in model.parameters())
+    return check(owner, {"the replicas' gradients": (workers - 1) * grads}, f"{workers} model replicas", budget)
