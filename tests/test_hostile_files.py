@@ -361,6 +361,53 @@ def test_nonfinite_weights_are_refused(run, tmp_path, capsys, value):
     cli_refuses(capsys, ["translate", "--checkpoint", path, "4 5"], "NaN or infinite")   # not empty lines, exit 0
 
 
+@pytest.mark.parametrize("crafted, expected", [
+    ("float64 weights of 1e300", "holds values beyond the range of float32, the dtype it runs in"),
+    ("negative second moments", "holds negative values; Adam's second moments are squares"),
+    ("schedule factor 1e300", "scheduler['factor'] must be a finite number >= 0 (at most 3.403e+38"),
+])
+def test_values_finite_only_before_the_cast_are_refused(run, capsys, crafted, expected):
+    """Finite means finite in the dtype the run computes in: each of these loads as a file, and would end in a
+    non-finite loss after the first step; resume (and translate, for the weights) refuse them first."""
+    out, arrays = run
+    meta = meta_of(arrays)
+    if crafted.startswith("float64"):
+        name = first_param(arrays)
+        arrays = {**arrays, name: np.full(arrays[name].shape, 1e300)}
+    elif crafted.startswith("negative"):
+        name = meta["optimizer"]["v.0"]["__array__"]
+        arrays = {**arrays, name: -1.0 - np.abs(arrays[name])}
+    else:
+        meta["scheduler"]["factor"] = 1e300
+    latest = replace_latest(out, with_meta(arrays, meta))
+    ck.load_checkpoint(latest)
+    cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "8", "--no-progress"],
+                latest, expected)
+    if crafted.startswith("float64"):
+        cli_refuses(capsys, ["translate", "--checkpoint", out, "4 5"], latest, "beyond the range of float32")
+
+
+def test_optimizer_metadata_with_both_dict_and_tuple_is_refused_in_one_line(run, tmp_path, capsys):
+    _, arrays = run
+    meta = meta_of(arrays)
+    meta["optimizer"]["lr"] = {"__dict__": [["a", 1]], "__tuple__": [1, 2]}
+    path = write_checkpoint(tmp_path / "both.safetensors", with_meta(arrays, meta))
+    refused(path, r"optimizer holds a malformed entry \(keys \['__dict__', '__tuple__'\]\)")
+    cli_refuses(capsys, ["evaluate", "--checkpoint", path], path, "malformed entry")
+
+
+def test_a_header_cut_inside_its_json_is_refused_in_one_line(run, tmp_path, capsys):
+    data = Path(run[0], ck.LATEST).read_bytes()
+    for cut in (9, 40, 8 + int.from_bytes(data[:8], "little") // 2):
+        path = tmp_path / f"cut-{cut}.safetensors"
+        path.write_bytes(data[:cut])                          # the length still announces the whole header
+        refused(path, "truncated")
+        n = cut - 8                                          # the same cut, with the length saying so
+        path.write_bytes(n.to_bytes(8, "little") + data[8:cut])
+        refused(path, "header: not valid JSON")
+    cli_refuses(capsys, ["translate", "--checkpoint", str(path), "4 5"], str(path), "not valid JSON")
+
+
 def test_extra_entries_are_refused_unread(run, tmp_path):
     _, arrays = run
     path = write_checkpoint(tmp_path / "extra.safetensors", {**arrays, "payload": np.zeros(1000)})
@@ -746,13 +793,15 @@ def test_parameter_refuses_what_is_not_finite_real_numbers(data):
         mt.Parameter(data)
 
 
-@pytest.mark.parametrize("spoil", ["shape of the last key", "inf", "list of None", "not a dict"])
+@pytest.mark.parametrize("spoil", ["shape of the last key", "inf", "1e300 into float32", "list of None",
+                                   "not a dict"])
 def test_load_state_dict_is_all_or_nothing(spoil):
     model = mt.layers.PositionwiseFeedForward(4, 6)
     before = {k: v.copy() for k, v in model.state_dict().items()}
     state = {k: v + 1.0 for k, v in before.items()}             # every weight would change ...
     last = list(state)[-1]
     state[last] = {"shape of the last key": np.zeros(3), "inf": np.full(before[last].shape, np.inf),
+                   "1e300 into float32": np.full(before[last].shape, 1e300),            # finite in float64 only
                    "list of None": [None] * before[last].size}.get(spoil)   # ... but the last entry is bad
     with pytest.raises((TypeError, ValueError), match="load_state_dict"):
         model.load_state_dict(None if spoil == "not a dict" else state)
