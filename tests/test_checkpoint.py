@@ -18,7 +18,8 @@ import safetensors.numpy
 
 import minitransformer as mt
 from minitransformer import checkpoint as ck
-from minitransformer.kit.running import files, npz
+from minitransformer import limits
+from minitransformer.kit.running import checkpoint_checks, files, npz
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
@@ -204,7 +205,7 @@ def test_altered_tensor_with_a_valid_container_is_refused(saved, tmp_path):
     path = saved[0]
     bad = str(tmp_path / "edited.safetensors")
     with safetensors.safe_open(path, framework="np") as f:
-        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - a safe_open is not iterable, f.metadata()
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 - not iterable
     name = next(k for k in tensors if k.startswith("param/"))
     tensors[name] = tensors[name] + 1
     safetensors.numpy.save_file(tensors, bad, metadata=metadata)
@@ -234,7 +235,7 @@ def test_a_pickle_is_refused_without_unpickling(tmp_path):
 
 def test_wrong_version_is_refused(saved, tmp_path, monkeypatch):
     _, model, opt, sched, _ = saved
-    monkeypatch.setattr(ck, "FORMAT_VERSION", 99)
+    monkeypatch.setattr(checkpoint_checks, "FORMAT_VERSION", 99)
     future = str(tmp_path / "future.safetensors")
     save_state(future, model, opt, sched)
     monkeypatch.undo()
@@ -295,7 +296,7 @@ def test_failed_rename_leaves_previous_checkpoint_whole(saved, monkeypatch):
 def test_the_digest_covers_the_metadata_and_every_tensor(saved):
     """Recomputed here from the file's parts, independently of the writer's function."""
     with safetensors.safe_open(saved[0], framework="np") as f:
-        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - a safe_open is not iterable, f.metadata()
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 - not iterable
     h = hashlib.sha256(json.dumps({"minitransformer": metadata["minitransformer"]}, sort_keys=True).encode())
     for name in sorted(tensors):
         h.update(f"\0{name}\0{tensors[name].dtype.str}\0{tensors[name].shape}\0".encode())
@@ -464,14 +465,14 @@ def test_the_writer_refuses_what_the_reader_would_refuse(tmp_path, monkeypatch):
     never writes a file it cannot read; the reader refuses the same file (written before the cap was lowered)."""
     path = tmp_path / "c.safetensors"
     ck.save_checkpoint(path, weights={"w": np.zeros(2)}, extra={"history": [[1.0, 2.0]] * 5000})
-    monkeypatch.setattr(ck, "MAX_META_BYTES", 50_000)
+    monkeypatch.setattr(limits, "MAX_META_BYTES", 50_000)
     with pytest.raises(ValueError, match=r"save_checkpoint: its metadata is [\d,]+ bytes, more than a checkpoint may "
                                          r"hold \(limits.MAX_META_BYTES = 50,000\)"):
         ck.save_checkpoint(tmp_path / "d.safetensors", weights={"w": np.zeros(2)}, extra={"h": [[1.0, 2.0]] * 5000})
     with pytest.raises(ValueError, match=r"its metadata is [\d,]+ bytes, more than") as err:
         ck.load_checkpoint(path)
     assert str(path) in str(err.value)
-    monkeypatch.setattr(ck, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(limits, "MAX_ENTRIES", 3)
     with pytest.raises(ValueError, match=r"holds 4 tensors, more than a checkpoint has"):
         ck.save_checkpoint(tmp_path / "e.safetensors", weights={str(i): np.zeros(1) for i in range(4)})
     with pytest.raises(ValueError, match=r"save_checkpoint: weight 'w' holds NaN or infinite values"):

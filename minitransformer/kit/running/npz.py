@@ -21,6 +21,7 @@ import zipfile
 import numpy
 
 from minitransformer.kit.running import checkpoint as ck
+from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.kit.running.files import open_regular, parse_json
 from minitransformer.limits import MAX_ENTRIES, MAX_INFLATION, MAX_NDIM
 
@@ -91,17 +92,21 @@ def convert_npz(old, new=None, run: str | None = None) -> list:
         raise ValueError(f"convert_npz: {new} exists already: refusing to replace it")
     arrays, meta = read_npz(old)
     if isinstance(meta, dict) and meta.get("format_version") == 1:
-        meta = {**meta, "format_version": ck.FORMAT_VERSION, "run": run}
-    specs = {name: (ck._CODES.get(a.dtype.newbyteorder("="), "?"), list(a.shape)) for name, a in arrays.items()
-             if name != "format_version"}
-    ck._check_meta(f"checkpoint {old}", meta, specs)
+        meta = {**meta, "format_version": checks.FORMAT_VERSION, "run": run}
+    arrays.pop("format_version", None)
+    odd = [name for name, a in arrays.items() if a.dtype.newbyteorder("=") not in ck.CODES]
+    if odd:
+        raise ValueError(f"checkpoint {old}: entry {odd[0]!r:.60} holds {arrays[odd[0]].dtype} values, which no "
+                         f"checkpoint holds")
+    checks.check_meta(f"checkpoint {old}", meta, {n: (ck.CODES[a.dtype.newbyteorder("=")], list(a.shape))
+                                                  for n, a in arrays.items()})
 
     def tensor(name, scalar):
         return arrays[name][()] if scalar and arrays[name].shape == () else arrays[name]
 
     ck.save_checkpoint(new, weights={n: arrays[f"param/{n}"] for n in meta["param_names"]},
-                       optimizer=ck._unflatten(meta["optimizer"], "optim", "", tensor),
-                       scheduler=ck._unflatten(meta["scheduler"], "sched", "", tensor),
+                       optimizer=checks.unflatten(meta["optimizer"], "optim", "", tensor),
+                       scheduler=checks.unflatten(meta["scheduler"], "sched", "", tensor),
                        step=meta["step"], epoch=meta["epoch"], batch=meta["batch"], rng=meta["rng"],
                        config=meta["config"], tokenizers=meta["tokenizers"], extra=meta["extra"], run=run)
     ck.load_checkpoint(new)
