@@ -297,7 +297,8 @@ def test_the_digest_covers_the_metadata_and_every_tensor(saved):
     """Recomputed here from the file's parts, independently of the writer's function."""
     with safetensors.safe_open(saved[0], framework="np") as f:
         tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 - not iterable
-    h = hashlib.sha256(json.dumps({"minitransformer": metadata["minitransformer"]}, sort_keys=True).encode())
+    h = hashlib.sha256(json.dumps({"minitransformer": metadata["minitransformer"], "run": metadata["run"]},
+                                  sort_keys=True).encode())
     for name in sorted(tensors):
         h.update(f"\0{name}\0{tensors[name].dtype.str}\0{tensors[name].shape}\0".encode())
         h.update(tensors[name].tobytes())
@@ -490,7 +491,7 @@ def test_the_writer_refuses_what_the_reader_would_refuse(tmp_path, monkeypatch):
 def test_malformed_skeletons_are_refused_in_one_line(tmp_path, skeleton, match):
     meta = {"format": ck.FORMAT_NAME, "format_version": ck.FORMAT_VERSION, "step": 0, "epoch": 0, "batch": 0,
             "param_names": ["w"], "optimizer": {"state": skeleton}}
-    metadata = {"minitransformer": json.dumps(meta)}
+    metadata = {"minitransformer": json.dumps(meta), "run": ""}
     tensors = {"param/w": np.zeros(2, np.float32)}
     metadata["sha256"] = ck._digest(metadata, tensors)
     path = str(tmp_path / "skeleton.safetensors")

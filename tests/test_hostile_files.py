@@ -51,8 +51,8 @@ def arrays_of(path) -> dict:
     """The tensors of a checkpoint file, and its metadata JSON as the uint8 entry "meta" (to edit and rewrite)."""
     with safe_open(path, framework="np") as f:
         arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - a safe_open is not iterable
-        text = f.metadata()["minitransformer"]
-    return {**arrays, "meta": np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()}
+        text, run = f.metadata()["minitransformer"], f.metadata()["run"]
+    return {**arrays, "meta": np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy(), "run": run}
 
 
 def meta_of(arrays) -> dict:
@@ -67,8 +67,8 @@ def with_meta(arrays, meta=None, text=None) -> dict:
 
 def write_checkpoint(path, arrays) -> str:
     """``arrays`` as a checkpoint file with a VALID digest (anyone can compute one)."""
-    tensors = {k: np.require(v, requirements=["C"]) for k, v in arrays.items() if k != "meta"}
-    metadata = {"minitransformer": bytes(arrays["meta"]).decode("utf-8")}
+    tensors = {k: np.require(v, requirements=["C"]) for k, v in arrays.items() if k not in ("meta", "run")}
+    metadata = {"minitransformer": bytes(arrays["meta"]).decode("utf-8"), "run": arrays.get("run", "")}
     metadata["sha256"] = ck._digest(metadata, tensors)
     Path(path).write_bytes(safetensors.numpy.save(tensors, metadata=metadata))
     return str(path)
@@ -670,7 +670,7 @@ def mutate(rng, base: bytes, arrays: dict, path: str) -> str:
         for offset in rng.integers(start, len(data), size=rng.integers(1, 9)):
             data[offset] = int(rng.integers(0, 256))
         if keep_digest:                                              # a valid digest over the damaged tensors
-            write_checkpoint(path, {**safetensors.numpy.load(bytes(data)), "meta": arrays["meta"]})
+            write_checkpoint(path, {**safetensors.numpy.load(bytes(data)), "meta": arrays["meta"], "run": arrays["run"]})
         else:
             Path(path).write_bytes(bytes(data))
         return f"bytes{'+digest' if keep_digest else ''}"
@@ -702,7 +702,7 @@ def mutate(rng, base: bytes, arrays: dict, path: str) -> str:
         parent[target[-1]] = random_json(rng)
         write_checkpoint(path, with_meta(arrays, meta))
         return f"meta {'.'.join(map(str, target[:4]))}"
-    name = str(rng.choice(sorted(k for k in arrays if k != "meta")))
+    name = str(rng.choice(sorted(k for k in arrays if k not in ("meta", "run"))))
     replacements = [np.full_like(arrays[name], np.nan, dtype=float), arrays[name].astype(np.complex64),
                     np.zeros((2, 3, 4)), np.array(10 ** 18), arrays[name].astype(np.int8), np.zeros(0, np.float32)]
     replacement = replacements[rng.integers(0, len(replacements))]

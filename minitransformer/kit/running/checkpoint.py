@@ -2,9 +2,10 @@
 
 Tensors: ``param/<name>`` (the weights, as ``state_dict`` names them), ``optim/<i>`` and ``sched/<i>`` (the
 optimiser's and the schedule's arrays: Adam's m and v). The header's string metadata: ``minitransformer``, JSON
-with the format version, the run's id, step, epoch and batch position, random-generator states, model config,
-tokenisers, extra data (histories) and the optimiser/schedule skeletons (their scalars, and which tensor goes
-where); ``sha256``, the digest of that JSON and of every tensor (``_digest``).
+with the format version, step, epoch and batch position, random-generator states, model config, tokenisers,
+extra data (histories) and the optimiser/schedule skeletons (their scalars, and which tensor goes where);
+``run``, the id of the run that wrote it (read without parsing that JSON); ``sha256``, the digest of the other
+two and of every tensor (``_digest``).
 
 Why safetensors: a format made for files strangers send each other (a JSON header, then raw little-endian bytes;
 nothing runs on loading, where ``numpy.load(allow_pickle=True)`` runs what a crafted file says), which PyTorch,
@@ -102,8 +103,8 @@ def _flatten(obj, prefix: str, tensors: dict):
 
 
 def _digest(metadata: dict, tensors: dict) -> str:
-    """sha256 of the metadata and of every tensor's name, dtype, shape and bytes, in name order."""
-    h = hashlib.sha256(json.dumps(metadata, sort_keys=True).encode("utf-8"))
+    """sha256 of the metadata (but its sha256) and of every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in metadata.items() if k != "sha256"}, sort_keys=True).encode())
     for name in sorted(tensors):
         a = tensors[name]
         h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
@@ -121,7 +122,9 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
         checks.count(value, name, "save_checkpoint")
     tensors: dict = OrderedDict((f"param/{n}", v.get() if hasattr(v, "__cuda_array_interface__") else
                                  numpy.asarray(v)) for n, v in weights.items())
-    meta = {"format": FORMAT_NAME, "format_version": checks.FORMAT_VERSION, "run": run, "step": int(step),
+    if run is not None and not (isinstance(run, str) and 0 < len(run) <= 64):
+        raise ValueError(f"save_checkpoint: run must be a short non-empty str (the run's id), got {run!r:.60}")
+    meta = {"format": FORMAT_NAME, "format_version": checks.FORMAT_VERSION, "step": int(step),
             "epoch": int(epoch), "batch": int(batch), "param_names": list(weights.keys()),
             "optimizer": None if optimizer is None else _flatten(optimizer, "optim", tensors),
             "scheduler": None if scheduler is None else _flatten(scheduler, "sched", tensors),
@@ -137,7 +140,7 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     specs = {name: (CODES[a.dtype.newbyteorder("=")], list(a.shape)) for name, a in tensors.items()}
     checks.check_sizes("save_checkpoint", len(text.encode("utf-8")), specs)
     checks.check_finite("save_checkpoint", checks.check_meta("save_checkpoint", json.loads(text), specs), tensors)
-    metadata = {"minitransformer": text}
+    metadata = {"minitransformer": text, "run": run or ""}
     metadata["sha256"] = _digest(metadata, tensors)
     return safetensors.numpy.save(tensors, metadata=metadata)
 
@@ -189,7 +192,7 @@ def load_checkpoint(path) -> Checkpoint:
     if set(tensors) != set(specs) or any(str(tensors[n].dtype) != checks.DTYPES[c] or list(tensors[n].shape) != s
                                          for n, (c, s) in specs.items()):
         raise ValueError(f"checkpoint {path}: damaged, its tensors are not what its header describes")
-    if _digest({"minitransformer": metadata["minitransformer"]}, tensors) != metadata["sha256"]:
+    if _digest(metadata, tensors) != metadata["sha256"]:
         raise ValueError(f"checkpoint {path}: checksum mismatch, the file was altered or damaged after it was "
                          f"written (stored sha256 {metadata['sha256']:.16}...)")
     checks.check_finite(f"checkpoint {path}", floats, tensors)
@@ -201,7 +204,7 @@ def load_checkpoint(path) -> Checkpoint:
                       optimizer=checks.unflatten(meta["optimizer"], "optim", "", tensor),
                       scheduler=checks.unflatten(meta["scheduler"], "sched", "", tensor), step=meta["step"],
                       epoch=meta["epoch"], batch=meta["batch"], rng=meta["rng"], config=meta["config"],
-                      tokenizers=meta["tokenizers"], extra=meta["extra"], path=path, run=meta.get("run"))
+                      tokenizers=meta["tokenizers"], extra=meta["extra"], path=path, run=metadata["run"] or None)
 
 
 def load_weights(path) -> OrderedDict:
@@ -213,11 +216,9 @@ def run_of(path) -> str | None:
     """The id of the run that wrote a checkpoint, from its header alone (None: no id, or no readable header)."""
     try:
         with files.open_regular(path, "checkpoint") as f:
-            metadata, _ = checks.read_header(os.fspath(path), f, os.fstat(f.fileno()).st_size)
-        run = files.parse_json(metadata["minitransformer"], "metadata").get("run")
-    except (OSError, ValueError, AttributeError):
+            return checks.read_header(os.fspath(path), f, os.fstat(f.fileno()).st_size)[0]["run"] or None
+    except (OSError, ValueError):
         return None
-    return run if isinstance(run, str) else None
 
 
 # ============================================================================ a run's folder: the last K, averaging

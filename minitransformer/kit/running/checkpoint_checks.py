@@ -49,8 +49,8 @@ def read_header(path: str, f, size: int) -> tuple:
                          f"{n:,} bytes, the file has {size:,}; at most {limits.MAX_HEADER_BYTES:,}): refused unread")
     header = files.parse_json(f.read(n), f"{where}: header", object_pairs_hook=no_duplicates)
     metadata = header.pop("__metadata__", None) if isinstance(header, dict) else None
-    if not isinstance(metadata, dict) or sorted(metadata) != ["minitransformer", "sha256"] or \
-            not all(isinstance(v, str) for v in metadata.values()):
+    if not isinstance(metadata, dict) or sorted(metadata) != ["minitransformer", "run", "sha256"] or \
+            not all(isinstance(v, str) for v in metadata.values()) or len(metadata["run"]) > 64:
         raise ValueError(f"{where}: not a minitransformer checkpoint (no minitransformer metadata in its header)")
     check_sizes(where, len(metadata["minitransformer"].encode("utf-8")), header)
     specs, stored = {}, 0
@@ -142,8 +142,6 @@ def check_meta(where: str, meta, specs: dict) -> list:
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"{where}: {key} must be an object, got {type(value).__name__}")
         meta[key] = {} if value is None and key in ("tokenizers", "extra") else value
-    if meta.get("run") is not None and not (isinstance(meta["run"], str) and len(meta["run"]) <= 64):
-        raise ValueError(f"{where}: run must be a short string (the run's id), got {meta['run']!r:.60}")
     unknown, absent = sorted(set(specs) - set(used)), sorted(set(used) - set(specs))
     if unknown or absent:
         raise ValueError(f"{where}: holds tensors no checkpoint has ({unknown[:3]}): refused unread" if unknown else

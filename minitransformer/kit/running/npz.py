@@ -92,7 +92,7 @@ def convert_npz(old, new=None, run: str | None = None) -> list:
         raise ValueError(f"convert_npz: {new} exists already: refusing to replace it")
     arrays, meta = read_npz(old)
     if isinstance(meta, dict) and meta.get("format_version") == 1:
-        meta = {**meta, "format_version": checks.FORMAT_VERSION, "run": run}
+        meta = {**meta, "format_version": checks.FORMAT_VERSION}
     arrays.pop("format_version", None)
     odd = [name for name, a in arrays.items() if a.dtype.newbyteorder("=") not in ck.CODES]
     if odd:
