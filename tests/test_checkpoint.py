@@ -554,6 +554,10 @@ def test_a_run_folder_of_npz_files_converts_with_one_command(saved, tmp_path, ca
     for step in (2, 4):
         write_old_npz(tmp_path / f"checkpoint-{step}.npz", model, opt, sched, step=step)
     write_old_npz(tmp_path / "checkpoint.npz", model, opt, sched, step=4)
+    for find in (ck.latest_checkpoint, ck.resolve_checkpoint):        # what --resume, translate, evaluate call
+        with pytest.raises(ValueError, match=r"holds checkpoints of an earlier version \(.npz\): convert them once "
+                                             r"with `minitransformer convert .*old`"):
+            find(tmp_path)
 
     parser = argparse.ArgumentParser()
     add_convert(parser.add_subparsers(dest="command"))

@@ -229,6 +229,7 @@ def resolve_checkpoint(path) -> str:
     if os.path.isdir(path):
         candidate = os.path.join(path, LATEST)
         if not os.path.exists(candidate):
+            _refuse_old_format(path)
             raise FileNotFoundError(f"no checkpoint in {path}: {candidate} does not exist")
         return candidate
     if not os.path.exists(path):
@@ -263,9 +264,18 @@ def checkpoint_files(directory) -> list:
 
 def latest_checkpoint(directory) -> str | None:
     """The file to continue a folder's run from: checkpoint.safetensors, or, if that is missing (deleted by hand),
-    the newest step file; None if the folder holds neither."""
+    the newest step file; None if the folder holds neither (ValueError if it holds .npz checkpoints instead)."""
     found = checkpoint_files(directory)
+    if not found and os.path.isdir(directory):
+        _refuse_old_format(directory)
     return found[-1] if found else None
+
+
+def _refuse_old_format(directory) -> None:
+    """A run folder of an earlier version holds checkpoint.npz files: name the command that converts them."""
+    if any(re.fullmatch(r"checkpoint(-\d+)?\.npz", name) for name in os.listdir(directory)):
+        raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
+                         f"once with `minitransformer convert {directory}` (the old files are kept)")
 
 
 def _of_run(files: list, run, folder: str, doing: str) -> list:
