@@ -131,7 +131,7 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
             "rng": rng, "config": config, "tokenizers": dict(tokenizers or {}), "extra": dict(extra or {})}
     try:
         text = json.dumps(meta)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:                 # a set, an object; an int of more than 4,300 digits
         raise TypeError(f"save_checkpoint: config, tokenizers, rng and extra must be JSON-able: {err}") from None
     for name, a in tensors.items():
         if a.dtype.newbyteorder("=") not in CODES:
@@ -139,7 +139,8 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
         tensors[name] = numpy.require(a, a.dtype.newbyteorder("<"), ["C"])    # 0-d stays 0-d
     specs = {name: (CODES[a.dtype.newbyteorder("=")], list(a.shape)) for name, a in tensors.items()}
     checks.check_sizes("save_checkpoint", len(text.encode("utf-8")), specs)
-    checks.check_finite("save_checkpoint", checks.check_meta("save_checkpoint", json.loads(text), specs), tensors)
+    meta = files.parse_json(text, "save_checkpoint: metadata")            # as the reader will parse it
+    checks.check_finite("save_checkpoint", checks.check_meta("save_checkpoint", meta, specs), tensors)
     metadata = {"minitransformer": text, "run": run or ""}
     metadata["sha256"] = _digest(metadata, tensors)
     return safetensors.numpy.save(tensors, metadata=metadata)

@@ -60,9 +60,8 @@ def read_header(path: str, f, size: int) -> tuple:
         if code not in DTYPES:
             raise ValueError(f"{where}: tensor {name!r:.60} holds {code!r:.20} values; a checkpoint holds only bool, "
                              f"integer and float arrays")
-        if not isinstance(shape, list) or len(shape) > limits.MAX_NDIM or not all(is_count(d, 2 ** 62) for d in
-                                                                                   shape) or \
-                math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS:
+        axes = isinstance(shape, list) and len(shape) <= limits.MAX_NDIM and all(is_count(d, 2 ** 62) for d in shape)
+        if not axes or math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS:               # (0, 2**62): no
             raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no checkpoint tensor has")
         nbytes = math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize
         if not isinstance(offsets, list) or len(offsets) != 2 or not all(is_count(o, size) for o in offsets) or \
