@@ -599,3 +599,22 @@ def test_a_crafted_npz_is_refused_by_the_converter(saved, tmp_path, damage):
         npz.convert_npz(old, tmp_path / "new.safetensors")
     one_line_naming(err, old)
     assert not marker.exists() and not (tmp_path / "new.safetensors").exists()
+
+
+def test_two_train_commands_on_one_folder_end_with_one_run_and_one_refusal(tmp_path):
+    """Started together with different seeds: one trains to the end, the other is refused in one line (exit 2),
+    and the folder holds the checkpoints of one run only."""
+    out = str(tmp_path / "run")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OPENBLAS_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "minitransformer", "train", "--task", "copy", "--steps", "30",
+                               "--save-every", "5", "--seed", str(seed), "--out", out, "--no-plots", "--no-progress",
+                               "--d-model", "8", "--heads", "2", "--layers", "1", "--d-ff", "8", "--heldout", "5"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for seed in (0, 1)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    refusal = next(err for code, err in results if code == 2).strip().splitlines()[-1]
+    assert "is in use by another run" in refusal or "already holds the checkpoints of a run" in refusal, refusal
+    runs = {ck.load_checkpoint(p).run for p in ck.checkpoint_files(out)}
+    assert len(runs) == 1 and ck.load_checkpoint(os.path.join(out, ck.LATEST)).step == 30
