@@ -33,4 +33,5 @@ MAX_ENTRIES = 100_000         # tensors in one file (a model has hundreds, its o
 MAX_HEADER_BYTES = MAX_META_BYTES + 200 * MAX_ENTRIES   # the whole header: metadata plus ~100 bytes per tensor
 MAX_NDIM = 8
 MAX_ELEMENTS = 1 << 40        # elements of one tensor, an empty axis counted as 1: (0, 2**62) is no tensor of ours
+MAX_JSON_DEPTH = 64           # nesting in any JSON a file brings (metadata, tokenizers): ours is about 6 levels
 MAX_INFLATION = 16            # earlier .npz checkpoints: numpy.savez stores arrays uncompressed, never 1000-fold

@@ -33,10 +33,11 @@ import secrets
 import stat
 import threading
 
+from minitransformer.limits import MAX_JSON_DEPTH
+
 TEMP_PREFIX = ".minitransformer-"  # every temporary file of an atomic write: .minitransformer-<pid>-<12 hex>.tmp
 TEMP_SUFFIX = ".tmp"
 _TEMP_NAME = re.compile(r"^\.(?:minitransformer|checkpoint)-(\d{1,10})-[0-9a-f]{12}\.tmp$")   # and earlier versions'
-MAX_JSON_DEPTH = 64               # the deepest JSON a file of this project holds is about 6 levels
 
 
 # ============================================================================ reading
