@@ -31,6 +31,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import threading
 
 from minitransformer.limits import MAX_JSON_DEPTH
@@ -167,10 +168,13 @@ def lock_folder(directory, what: str = "run folder"):
         else:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except BlockingIOError:
                 os.close(fd)
                 raise ValueError(f"{what} {directory} is in use by another run (another process holds its lock): "
                                  f"wait for that run to end, or choose another folder") from None
+            except OSError as err:                 # a file system without locks (some network ones): go on
+                print(f"{what} {directory} cannot be locked ({err.strerror or err}): nothing keeps a second run "
+                      f"out of it", file=sys.stderr)
             _LOCKS[key] = [fd, 1]
     released = []
 
