@@ -793,6 +793,12 @@ def test_parameter_refuses_what_is_not_finite_real_numbers(data):
         mt.Parameter(data)
 
 
+def test_parameter_refuses_numbers_its_dtype_cannot_hold():
+    with pytest.raises(ValueError, match="Parameter: data holds values beyond the range of float32"):
+        mt.Parameter(np.array([1.0, 1e300]))                     # finite in float64, inf in the default float32
+    assert mt.Parameter(np.array([1e300]), dtype=np.float64).data[0] == 1e300
+
+
 @pytest.mark.parametrize("spoil", ["shape of the last key", "inf", "1e300 into float32", "list of None",
                                    "not a dict"])
 def test_load_state_dict_is_all_or_nothing(spoil):
