@@ -7,7 +7,7 @@ runs the commands a reader would type:
 
     minitransformer train --task toy --steps 1000 --save-every 25 --keep 40 --eval-every 1000 --out DIR \\
         --no-plots --no-progress --seed S
-    minitransformer evaluate --checkpoint DIR/checkpoint-STEP.npz --split test --average M
+    minitransformer evaluate --checkpoint DIR/checkpoint-STEP.safetensors --split test --average M
 
 for M = 1 (the checkpoint itself), 2, 5, 10, at STEP = 400 and 600 (budgets where the model has not yet
 saturated) and 1000 (the toy default's convergence, valid BLEU 99), and reads the BLEU from the JSON evaluate
@@ -63,7 +63,7 @@ def evaluate(folder: Path, step: int, average: int, limit=None) -> dict:
     """``minitransformer evaluate`` of the average of the last ``average`` checkpoints up to ``step``: its JSON
     (bleu, the checkpoint files used, ...) with the steps of those files added."""
     path = folder / f"eval-{step}-{average}.json"
-    command(["evaluate", "--checkpoint", folder / f"checkpoint-{step}.npz", "--split", "test", "--average",
+    command(["evaluate", "--checkpoint", folder / f"checkpoint-{step}.safetensors", "--split", "test", "--average",
              average, "--json", path] + ([] if limit is None else ["--limit", limit]))
     result = json.loads(path.read_text(encoding="utf-8"))
     used = result["checkpoint"] if isinstance(result["checkpoint"], list) else [result["checkpoint"]]

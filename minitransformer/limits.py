@@ -26,10 +26,15 @@ INT_SETTINGS = {
     "heldout": (1, 100_000), "beam_size": (1, 100), "limit": (1, MAX_COUNT), "workers": (1, 1024),
 }
 
-# Checkpoint files: what the reader walks at most before it refuses.
+# Checkpoint files (safetensors): what the reader walks at most before it refuses, and so what the writer refuses
+# to write, so that a run never saves a file it cannot read back.
 MAX_META_BYTES = 64 << 20     # the JSON metadata: vocabularies, merges and a bounded history take a few MB
 MAX_ENTRIES = 100_000         # tensors in one file (a model has hundreds, its optimiser twice as many)
+MAX_HEADER_BYTES = MAX_META_BYTES + 200 * MAX_ENTRIES   # the whole header: metadata plus ~100 bytes per tensor
 MAX_NDIM = 8
+MAX_ELEMENTS = 1 << 40        # elements of one tensor, an empty axis counted as 1: (0, 2**62) is no tensor of ours
+MAX_JSON_DEPTH = 64           # nesting in any JSON a file brings (metadata, tokenizers): ours is about 6 levels
+MAX_INFLATION = 16            # earlier .npz checkpoints: numpy.savez stores arrays uncompressed, never 1000-fold
 
 # ----------------------------------------------------------------------------- what a piece of work may cost
 # Text and work whose cost grows with what a stranger hands over: bounded before (or while) it is read.

@@ -21,15 +21,25 @@ import numpy
 from . import backend, checks
 
 
+def _cast(owner: str, name: str, value, dtype, shape=None):
+    """``value`` (checked: real, finite numbers of ``shape``) as an array of ``dtype`` in the active backend,
+    refused if the cast makes a number infinite (1e300 is finite in float64, inf in float32)."""
+    value = checks.weights(owner, name, value, shape)
+    with numpy.errstate(over="ignore"):                                    # an overflow is refused just below
+        out = backend.asarray(value, dtype=dtype)
+    if out.dtype.kind == "f" and out.size and not bool(backend.xp().isfinite(out).all()):
+        raise ValueError(f"{owner}: {name} holds values beyond the range of {out.dtype}, which would become "
+                         f"infinite in it")
+    return out
+
+
 class Parameter:
     """A trainable array and its gradient.     data, grad: same shape, active backend, default dtype."""
 
     def __init__(self, data, dtype=None):
-        xp = backend.xp()
-        data = checks.weights("Parameter", "data", data)
         # New parameters take the default dtype (float32, or float64 for gradient checks) unless told otherwise.
-        self.data = xp.asarray(data, dtype=backend.get_default_dtype() if dtype is None else dtype)
-        self.grad = xp.zeros_like(self.data)
+        self.data = _cast("Parameter", "data", data, backend.get_default_dtype() if dtype is None else dtype)
+        self.grad = backend.xp().zeros_like(self.data)
 
     @property
     def shape(self):
@@ -178,8 +188,9 @@ class Module:
         return OrderedDict((name, backend.to_numpy(p.data).copy()) for name, p in self.named_parameters())
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        """Copy weights in, all or nothing: every entry is checked (name, shape, real and finite numbers)
-        before any weight changes. With strict=True the names must match exactly."""
+        """Copy weights in, all or nothing: every entry is checked (name, shape, real numbers finite in the
+        parameter's dtype: 1e300 is finite in float64 and inf in float32) before any weight changes. With
+        strict=True the names must match exactly."""
         if not isinstance(state, dict):
             raise TypeError(f"load_state_dict: state must be a dict of arrays, as state_dict() gives, "
                             f"got {type(state).__name__}")
@@ -192,10 +203,10 @@ class Module:
                 f"missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                 f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
             )
-        checked = {name: checks.weights("load_state_dict", f"parameter {name!r}", state[name], p.data.shape)
-                   for name, p in params.items() if name in state}
-        for name, value in checked.items():
-            params[name].data[...] = backend.asarray(value, dtype=params[name].data.dtype)
+        cast = {name: _cast("load_state_dict", f"parameter {name!r}", state[name], p.data.dtype, p.data.shape)
+                for name, p in params.items() if name in state}
+        for name, value in cast.items():
+            params[name].data[...] = value
 
     def __repr__(self):
         lines = [f"{type(self).__name__}("]

@@ -1,16 +1,25 @@
-"""Checkpoints: an exact round trip, no pickle, atomic writes, and every kind of damage refused by name."""
+"""Checkpoints: an exact round trip, safetensors that other tools open, atomic writes, every kind of damage
+refused by name, one run per folder, and the earlier .npz files converted."""
 
+import argparse
+import hashlib
 import json
 import os
 import pickle
-import zipfile
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.numpy
 
 import minitransformer as mt
 from minitransformer import checkpoint as ck
+from minitransformer import limits
+from minitransformer.kit.running import checkpoint_checks, files, npz
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
@@ -51,7 +60,7 @@ def save_state(path, model, opt, sched, **kw):
 @pytest.fixture
 def saved(tmp_path):
     model, opt, sched, batch = trained_state()
-    path = str(tmp_path / "checkpoint.npz")
+    path = str(tmp_path / "checkpoint.safetensors")
     save_state(path, model, opt, sched)
     return path, model, opt, sched, batch
 
@@ -94,7 +103,7 @@ def test_round_trip_of_the_table3_switches(tmp_path, switches):
     model, src, tgt_in = Transformer(config), np.array([[4, 5, 6], [7, 8, 0]]), np.array([[1, 4, 5], [1, 9, 0]])
     for p in model.parameters():                       # weights unlike any fresh model's
         p.data += np.asarray(0.1 * np.random.default_rng(1).standard_normal(p.data.shape), p.data.dtype)
-    path = str(tmp_path / "switches.npz")
+    path = str(tmp_path / "switches.safetensors")
     ck.save_checkpoint(path, weights=model.state_dict(), config=config.to_dict())
     loaded = ck.load_checkpoint(path)
     assert {k: loaded.config[k] for k in switches} == switches
@@ -107,7 +116,7 @@ def test_round_trip_of_the_table3_switches(tmp_path, switches):
 
 
 def test_nested_state_keeps_types(tmp_path):
-    path = str(tmp_path / "c.npz")
+    path = str(tmp_path / "c.safetensors")
     state = {"lr": 0.1, "t": np.int64(3), "f32": np.float32(0.5), "zero_d": np.zeros(()), "betas": (0.9, 0.98),
              "per_param": {0: {"m": np.arange(3.0)}, 1: None}, "name": "adam", "flag": True}
     ck.save_checkpoint(path, weights={"w": np.ones((2, 3), np.float32)}, optimizer=state)
@@ -122,99 +131,112 @@ def test_nested_state_keeps_types(tmp_path):
     assert ck.load_checkpoint(path).weights["w"].dtype == np.float32
 
 
-def test_no_pickle_inside(saved):
-    path = saved[0]
-    with np.load(path, allow_pickle=False) as archive:     # loads without pickle ...
-        for name in archive.files:
-            assert archive[name].dtype != object           # ... because no array needs it
+def test_the_file_is_plain_safetensors_with_the_same_numbers(saved):
+    """Any safetensors reader gets the weights and moments: the tensors are the state, bit for bit."""
+    path, model, opt, _, _ = saved
+    tensors = safetensors.numpy.load_file(path)
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(tensors[f"param/{name}"], value)
+        assert tensors[f"param/{name}"].dtype == value.dtype
+    moments = sorted(opt.state_dict()[k].tobytes() for k in opt.state_dict() if k[:2] in ("m.", "v."))
+    assert sorted(v.tobytes() for k, v in tensors.items() if k.startswith("optim/") and v.ndim) == moments
+
+
+def test_pytorch_opens_the_file_with_its_own_loader(saved):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    path, model, _, _, _ = saved
+    tensors = load_file(path)
+    for name, value in model.state_dict().items():
+        assert tensors[f"param/{name}"].dtype == torch.float32
+        np.testing.assert_array_equal(tensors[f"param/{name}"].numpy(), value)
 
 
 def test_unstorable_state_is_a_type_error(tmp_path):
     with pytest.raises(TypeError, match="cannot store a set"):
-        ck.save_checkpoint(str(tmp_path / "c.npz"), weights={}, optimizer={"x": {1, 2}})
+        ck.save_checkpoint(str(tmp_path / "c.safetensors"), weights={}, optimizer={"x": {1, 2}})
     with pytest.raises(TypeError, match="weights must be a dict"):
-        ck.save_checkpoint(str(tmp_path / "c.npz"), weights=[np.zeros(2)])
+        ck.save_checkpoint(str(tmp_path / "c.safetensors"), weights=[np.zeros(2)])
 
 
 # ------------------------------------------------------------------------------------------ damage
+
+def one_line_naming(err, path) -> None:
+    assert str(path) in str(err.value) and "\n" not in str(err.value), str(err.value)
+
 
 def test_truncated_at_random_offsets_is_refused(saved, tmp_path):
     path = saved[0]
     data = Path(path).read_bytes()
     rng = np.random.default_rng(0)
-    offsets = sorted(set(rng.integers(0, len(data), size=25).tolist()) | {0, 10, len(data) - 1, len(data) - 40})
-    bad = str(tmp_path / "truncated.npz")
+    offsets = sorted(set(rng.integers(0, len(data), size=25).tolist()) | {0, 7, 8, 10, len(data) - 1, len(data) - 40})
+    bad = str(tmp_path / "truncated.safetensors")
     for offset in offsets:
         with open(bad, "wb") as f:
             f.write(data[:offset])
-        with pytest.raises(ValueError, match="truncated|damaged|not a .npz|no minitransformer checksum") as err:
+        with pytest.raises(ValueError, match="truncated|not valid JSON") as err:
             ck.load_checkpoint(bad)
-        assert bad in str(err.value)
+        one_line_naming(err, bad)
 
 
 def test_flipped_byte_anywhere_is_refused(saved, tmp_path):
     path = saved[0]
     data = Path(path).read_bytes()
+    header_end = 8 + int.from_bytes(data[:8], "little")
     rng = np.random.default_rng(1)
-    bad = str(tmp_path / "flipped.npz")
-    offsets = set(rng.integers(0, len(data), size=40).tolist()) | {len(data) - 1, len(data) // 2}
+    bad = str(tmp_path / "flipped.safetensors")
+    offsets = set(rng.integers(0, len(data), size=60).tolist()) | set(range(8)) | {len(data) - 1, header_end}
+    offsets |= {header_end - 20, header_end // 2, 30}                       # in the header's JSON too
     for offset in sorted(offsets):
         b = bytearray(data)
         b[offset] ^= 0x01
         with open(bad, "wb") as f:
             f.write(bytes(b))
-        with pytest.raises(ValueError, match="checksum|damaged|not a .npz") as err:
+        with pytest.raises(ValueError) as err:
             ck.load_checkpoint(bad)
-        assert bad in str(err.value)
+        one_line_naming(err, bad)
+        if offset >= header_end:
+            assert "checksum mismatch" in str(err.value)
 
 
-def test_altered_array_with_valid_zip_is_refused(saved, tmp_path):
-    """Rewrite one weight inside the zip (fresh, valid CRCs): only the checksum can notice."""
+def test_altered_tensor_with_a_valid_container_is_refused(saved, tmp_path):
+    """Rewrite one weight with safetensors itself (a valid file, the same metadata): only the digest notices."""
     path = saved[0]
-    bad = str(tmp_path / "edited.npz")
-    with np.load(path) as archive:
-        arrays = {k: archive[k] for k in archive.files}
-    name = next(k for k in arrays if k.startswith("param/"))
-    arrays[name] = arrays[name] + 1
-    np.savez(bad, **arrays)
-    with pytest.raises(ValueError, match="no minitransformer checksum"):
+    bad = str(tmp_path / "edited.safetensors")
+    with safetensors.safe_open(path, framework="np") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 - not iterable
+    name = next(k for k in tensors if k.startswith("param/"))
+    tensors[name] = tensors[name] + 1
+    safetensors.numpy.save_file(tensors, bad, metadata=metadata)
+    with pytest.raises(ValueError, match="checksum mismatch") as err:
         ck.load_checkpoint(bad)
-    # ... and with the original digest appended, the content no longer matches it
-    with open(path, "rb") as f:
-        tail = f.read()[-(ck._TRAILER + 2):]
-    with open(bad, "r+b") as f:
-        f.seek(-2, os.SEEK_END)
-        f.write(tail)
-    with pytest.raises(ValueError, match="checksum mismatch"):
+    one_line_naming(err, bad)
+    safetensors.numpy.save_file(tensors, bad, metadata={"minitransformer": metadata["minitransformer"]})
+    with pytest.raises(ValueError, match="not a minitransformer checkpoint"):
         ck.load_checkpoint(bad)
 
 
-def test_pickled_object_is_refused_without_unpickling(tmp_path):
+def test_a_pickle_is_refused_without_unpickling(tmp_path):
     marker = tmp_path / "pwned"
 
     class Evil:
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    inside = str(tmp_path / "object_array.npz")
-    np.savez(inside, meta=np.array([Evil()], dtype=object), format_version=np.array(1))
-    with pytest.raises(ValueError, match="pickled Python objects") as err:
-        ck.load_checkpoint(inside)
-    assert inside in str(err.value)
-
-    whole = str(tmp_path / "pickle.npz")
+    whole = str(tmp_path / "pickle.safetensors")
     with open(whole, "wb") as f:
         pickle.dump({"weights": Evil()}, f)
-    with pytest.raises(ValueError, match="not a .npz archive.*without unpickling") as err:
+    with pytest.raises(ValueError, match="not a safetensors file, or truncated") as err:
         ck.load_checkpoint(whole)
-    assert whole in str(err.value)
+    one_line_naming(err, whole)
     assert not marker.exists()                              # nothing was executed
 
 
 def test_wrong_version_is_refused(saved, tmp_path, monkeypatch):
     _, model, opt, sched, _ = saved
-    monkeypatch.setattr(ck, "FORMAT_VERSION", 99)
-    future = str(tmp_path / "future.npz")
+    monkeypatch.setattr(checkpoint_checks, "FORMAT_VERSION", 99)
+    future = str(tmp_path / "future.safetensors")
     save_state(future, model, opt, sched)
     monkeypatch.undo()
     with pytest.raises(ValueError, match="format version 99 is not supported") as err:
@@ -225,14 +247,14 @@ def test_wrong_version_is_refused(saved, tmp_path, monkeypatch):
 def test_other_files_are_refused_by_name(tmp_path):
     npy = str(tmp_path / "array.npy")
     np.save(npy, np.zeros(3))
-    with pytest.raises(ValueError, match="single .npy array"):
+    with pytest.raises(ValueError, match="not a safetensors file"):
         ck.load_checkpoint(npy)
-    plain = str(tmp_path / "plain.npz")
-    np.savez(plain, a=np.zeros(2))
-    with pytest.raises(ValueError, match="no minitransformer checksum"):
+    plain = str(tmp_path / "plain.safetensors")
+    safetensors.numpy.save_file({"a": np.zeros(2)}, plain)
+    with pytest.raises(ValueError, match="not a minitransformer checkpoint"):
         ck.load_checkpoint(plain)
-    with pytest.raises(FileNotFoundError, match="missing.npz"):
-        ck.load_checkpoint(str(tmp_path / "missing.npz"))
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+        ck.load_checkpoint(str(tmp_path / "missing.safetensors"))
     with pytest.raises(IsADirectoryError, match="is a folder"):
         ck.load_checkpoint(str(tmp_path))
 
@@ -243,11 +265,11 @@ def test_failed_write_leaves_previous_checkpoint_whole(saved, monkeypatch):
     path, model, opt, sched, _ = saved
     before = Path(path).read_bytes()
 
-    def half_then_fail(f, arrays):
-        f.write(b"PK\x03\x04 half an archive")
+    def half_then_fail(f, data):
+        f.write(data[:len(data) // 2])
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(ck, "_write_npz", half_then_fail)
+    monkeypatch.setattr(ck, "_write_file", half_then_fail)
     with pytest.raises(OSError, match="disk full"):
         save_state(path, model, opt, sched)
     monkeypatch.undo()
@@ -271,10 +293,16 @@ def test_failed_rename_leaves_previous_checkpoint_whole(saved, monkeypatch):
     assert Path(path).read_bytes() == before
 
 
-def test_written_file_is_a_plain_zip_with_the_digest_as_comment(saved):
-    with zipfile.ZipFile(saved[0]) as z:
-        assert z.comment.startswith(b"minitransformer-sha256:")
-        assert z.testzip() is None
+def test_the_digest_covers_the_metadata_and_every_tensor(saved):
+    """Recomputed here from the file's parts, independently of the writer's function."""
+    with safetensors.safe_open(saved[0], framework="np") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 - not iterable
+    h = hashlib.sha256(json.dumps({"minitransformer": metadata["minitransformer"], "run": metadata["run"]},
+                                  sort_keys=True).encode())
+    for name in sorted(tensors):
+        h.update(f"\0{name}\0{tensors[name].dtype.str}\0{tensors[name].shape}\0".encode())
+        h.update(tensors[name].tobytes())
+    assert metadata["sha256"] == h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ keeping K, averaging
@@ -287,7 +315,7 @@ def test_manager_keeps_last_k_and_latest(tmp_path):
             p.data += 1.0
         manager.save(step, weights=model.state_dict())
     names = sorted(os.listdir(tmp_path / "run"))
-    assert names == ["checkpoint-20.npz", "checkpoint-30.npz", "checkpoint.npz"]
+    assert names == ["checkpoint-20.safetensors", "checkpoint-30.safetensors", "checkpoint.safetensors"]
     latest = ck.load_checkpoint(manager.latest)
     assert latest.step == 30
     for name, value in model.state_dict().items():
@@ -295,8 +323,8 @@ def test_manager_keeps_last_k_and_latest(tmp_path):
 
 
 def test_latest_is_a_file_of_its_own(tmp_path):
-    """Restoring a backup with ``cp backup/checkpoint.npz run/checkpoint.npz`` writes into the existing file.
-    Were checkpoint.npz a hard link to checkpoint-<step>.npz, that would silently rewrite the step file too."""
+    """Restoring a backup with ``cp backup/checkpoint.safetensors run/`` writes into the existing file. Were
+    checkpoint.safetensors a hard link to checkpoint-<step>.safetensors, that would rewrite the step file too."""
     model = small_model()
     manager = ck.CheckpointManager(tmp_path / "run", keep=5)
     manager.save(10, weights=model.state_dict())
@@ -308,7 +336,7 @@ def test_latest_is_a_file_of_its_own(tmp_path):
         f.write(backup)
         f.truncate()
     assert ck.load_checkpoint(manager.latest).step == 10
-    step_20 = ck.load_checkpoint(tmp_path / "run" / "checkpoint-20.npz")
+    step_20 = ck.load_checkpoint(tmp_path / "run" / "checkpoint-20.safetensors")
     assert step_20.step == 20                               # the step file is untouched
     for name, value in model.state_dict().items():
         np.testing.assert_array_equal(step_20.weights[name], value)
@@ -320,10 +348,10 @@ def test_last_checkpoints_up_to_a_step(tmp_path):
     for step in (2, 4, 6, 8):
         manager.save(step, weights=model.state_dict())
     names = [os.path.basename(p) for p in ck.last_checkpoints(tmp_path, 2, up_to_step=6)]
-    assert names == ["checkpoint-4.npz", "checkpoint-6.npz"]
-    assert [os.path.basename(p) for p in ck.last_checkpoints(tmp_path, 3, up_to_step=3)] == ["checkpoint-2.npz"]
+    assert names == ["checkpoint-4.safetensors", "checkpoint-6.safetensors"]
+    assert [os.path.basename(p) for p in ck.last_checkpoints(tmp_path, 3, up_to_step=3)] == ["checkpoint-2.safetensors"]
     assert ck.last_checkpoints(tmp_path, 2, up_to_step=1) == []
-    assert ck.step_of_file(tmp_path / "checkpoint-6.npz") == 6 and ck.step_of_file(manager.latest) is None
+    assert ck.step_of_file(tmp_path / "checkpoint-6.safetensors") == 6 and ck.step_of_file(manager.latest) is None
 
 
 def test_average_checkpoints(tmp_path):
@@ -336,7 +364,7 @@ def test_average_checkpoints(tmp_path):
         states.append(model.state_dict())
         manager.save(step, weights=model.state_dict())
     paths = ck.last_checkpoints(tmp_path, 2)
-    assert [os.path.basename(p) for p in paths] == ["checkpoint-2.npz", "checkpoint-3.npz"]
+    assert [os.path.basename(p) for p in paths] == ["checkpoint-2.safetensors", "checkpoint-3.safetensors"]
     avg = ck.average_checkpoints(paths)
     for name in avg:
         expected = ((states[1][name].astype(np.float64) + states[2][name]) / 2).astype(np.float32)
@@ -347,9 +375,246 @@ def test_average_checkpoints(tmp_path):
 
 
 def test_average_refuses_different_models(tmp_path):
-    a = str(tmp_path / "a.npz")
-    b = str(tmp_path / "b.npz")
+    a = str(tmp_path / "a.safetensors")
+    b = str(tmp_path / "b.safetensors")
     ck.save_checkpoint(a, weights={"w": np.zeros((2, 2))})
     ck.save_checkpoint(b, weights={"w": np.zeros((3, 2))})
     with pytest.raises(ValueError, match="shape"):
         ck.average_checkpoints([a, b])
+
+
+def test_files_of_another_run_are_neither_pruned_nor_averaged(tmp_path, capsys):
+    """A checkpoint-999999 dropped into a run folder: pruning keeps it (and names it), averaging leaves it out, and
+    average_checkpoints refuses to mix it with the run's own files."""
+    manager = ck.CheckpointManager(tmp_path, keep=2)
+    manager.save(1, weights={"w": np.full(2, 1.0)})
+    ck.save_checkpoint(tmp_path / "checkpoint-999999.safetensors", weights={"w": np.full(2, 100.0)}, run="stranger")
+    for step in (2, 3):
+        manager.save(step, weights={"w": np.full(2, float(step))})
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["checkpoint-2.safetensors", "checkpoint-3.safetensors", "checkpoint-999999.safetensors",
+                     "checkpoint.safetensors"]
+    assert "checkpoint-999999.safetensors was not written by this run (run stranger" in capsys.readouterr().err
+    used = ck.last_checkpoints(tmp_path, 5)
+    assert [os.path.basename(p) for p in used] == ["checkpoint-2.safetensors", "checkpoint-3.safetensors"]
+    assert "left out of averaging" in capsys.readouterr().err
+    np.testing.assert_array_equal(ck.average_checkpoints(used)["w"], [2.5, 2.5])
+    with pytest.raises(ValueError, match="written by another run .* cannot be averaged"):
+        ck.average_checkpoints(used + [str(tmp_path / "checkpoint-999999.safetensors")])
+    assert ck.load_checkpoint(manager.latest).run == manager.run != "stranger"
+
+
+def test_a_resumed_manager_keeps_the_runs_id(tmp_path):
+    first = ck.CheckpointManager(tmp_path, keep=2)
+    first.save(1, weights={"w": np.zeros(2)})
+    first.close()
+    second = ck.CheckpointManager(tmp_path, keep=2)
+    for step in (2, 3):
+        second.save(step, weights={"w": np.zeros(2)})
+    assert second.run == first.run
+    assert sorted(os.listdir(tmp_path))[:2] == ["checkpoint-2.safetensors", "checkpoint-3.safetensors"]
+
+
+def test_only_our_own_temp_files_of_dead_writers_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    ours_dead = f"{files.TEMP_PREFIX}{dead}-0123456789ab{files.TEMP_SUFFIX}"
+    kept = [f".checkpoint-{dead}-x.tmp", f"{files.TEMP_PREFIX}{dead}-notours.tmp",           # not our pattern
+            f"{files.TEMP_PREFIX}{os.getppid()}-0123456789ab{files.TEMP_SUFFIX}", "notes.tmp"]  # a live owner
+    for name in [ours_dead, *kept]:
+        (tmp_path / name).write_text("x")
+    ck.CheckpointManager(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(kept)
+
+
+HOLD_THE_FOLDER = textwrap.dedent("""
+    import sys, time
+    from minitransformer import checkpoint as ck
+    manager = ck.CheckpointManager(sys.argv[1])
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_one_run_per_folder_and_a_killed_runs_folder_is_free_at_once(tmp_path):
+    folder = str(tmp_path / "run")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_FOLDER, folder], env=env, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match=r"checkpoint folder .*/run is in use by another run") as err:
+            ck.CheckpointManager(folder)
+        assert "\n" not in str(err.value)
+        cli = subprocess.run([sys.executable, "-m", "minitransformer", "train", "--task", "copy", "--steps", "1",
+                              "--out", folder, "--no-plots", "--no-progress", "--d-model", "8", "--heads", "2",
+                              "--layers", "1", "--d-ff", "8"], env=env, capture_output=True, text=True, timeout=120,
+                             check=False)
+        assert cli.returncode == 2 and "is in use by another run" in cli.stderr.strip().splitlines()[-1], cli.stderr
+        assert "Traceback" not in cli.stderr and os.listdir(folder) == []
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    manager = ck.CheckpointManager(folder)                  # the OS released the dead run's lock
+    manager.save(1, weights={"w": np.zeros(2)})
+    again = ck.CheckpointManager(folder)                    # the same process: one owner
+    again.save(2, weights={"w": np.zeros(2)})
+
+
+def test_the_writer_refuses_what_the_reader_would_refuse(tmp_path, monkeypatch):
+    """Metadata over the reader's cap, too many tensors, non-finite weights: refused when saving, so that a run
+    never writes a file it cannot read; the reader refuses the same file (written before the cap was lowered)."""
+    path = tmp_path / "c.safetensors"
+    ck.save_checkpoint(path, weights={"w": np.zeros(2)}, extra={"history": [[1.0, 2.0]] * 5000})
+    monkeypatch.setattr(limits, "MAX_META_BYTES", 50_000)
+    with pytest.raises(ValueError, match=r"save_checkpoint: its metadata is [\d,]+ bytes, more than a checkpoint may "
+                                         r"hold \(limits.MAX_META_BYTES = 50,000\)"):
+        ck.save_checkpoint(tmp_path / "d.safetensors", weights={"w": np.zeros(2)}, extra={"h": [[1.0, 2.0]] * 5000})
+    with pytest.raises(ValueError, match=r"its metadata is [\d,]+ bytes, more than") as err:
+        ck.load_checkpoint(path)
+    assert str(path) in str(err.value)
+    monkeypatch.setattr(limits, "MAX_ENTRIES", 3)
+    with pytest.raises(ValueError, match=r"holds 4 tensors, more than a checkpoint has"):
+        ck.save_checkpoint(tmp_path / "e.safetensors", weights={str(i): np.zeros(1) for i in range(4)})
+    with pytest.raises(ValueError, match=r"save_checkpoint: weight 'w' holds NaN or infinite values"):
+        ck.save_checkpoint(tmp_path / "f.safetensors", weights={"w": np.array([1.0, np.inf])})
+    assert sorted(os.listdir(tmp_path)) == ["c.safetensors"]
+
+
+@pytest.mark.parametrize("skeleton, match", [
+    ({"__dict__": [["a", 1]], "__tuple__": [1]}, "malformed entry"),
+    ({"__array__": "optim/1", "__tuple__": []}, "malformed entry"),
+    ({"__dict__": [[True, 1]]}, "malformed entry"),
+    ({"__array__": "param/w"}, "not one of its own"),
+    ({"__array__": "optim/7"}, "lists tensors the file lacks"),
+])
+def test_malformed_skeletons_are_refused_in_one_line(tmp_path, skeleton, match):
+    meta = {"format": ck.FORMAT_NAME, "format_version": ck.FORMAT_VERSION, "step": 0, "epoch": 0, "batch": 0,
+            "param_names": ["w"], "optimizer": {"state": skeleton}}
+    metadata = {"minitransformer": json.dumps(meta), "run": ""}
+    tensors = {"param/w": np.zeros(2, np.float32)}
+    metadata["sha256"] = ck._digest(metadata, tensors)
+    path = str(tmp_path / "skeleton.safetensors")
+    safetensors.numpy.save_file(tensors, path, metadata=metadata)
+    with pytest.raises(ValueError, match=match) as err:
+        ck.load_checkpoint(path)
+    one_line_naming(err, path)
+
+
+# ------------------------------------------------------------------------------------------ earlier .npz files
+
+def write_old_npz(path, model, opt, sched, step=2) -> str:
+    """A checkpoint in the .npz layout of format version 1, written as that version wrote it: numpy.savez of
+    param/<name>, optim/<i>, meta (JSON bytes) and format_version, then the sha256 in the zip comment."""
+    arrays = {f"param/{k}": v for k, v in model.state_dict().items()}
+    skeleton = {}
+    for key, value in opt.state_dict().items():
+        if isinstance(value, np.ndarray):
+            skeleton[key] = {"__array__": f"optim/{len(arrays)}", "scalar": False}
+            arrays[f"optim/{len(arrays)}"] = value
+        else:
+            skeleton[key] = value
+    meta = {"format": ck.FORMAT_NAME, "format_version": 1, "step": step, "epoch": 0, "batch": 1,
+            "param_names": list(model.state_dict()), "optimizer": skeleton, "scheduler": sched.state_dict(),
+            "rng": None, "config": model.config.to_dict(), "tokenizers": {}, "extra": {"task": "copy"}}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    arrays["format_version"] = np.array(1)
+    np.savez(path, **arrays)
+    data = Path(path).read_bytes()
+    digest = b"minitransformer-sha256:" + hashlib.sha256(data).hexdigest().encode()
+    Path(path).write_bytes(data[:-2] + len(digest).to_bytes(2, "little") + digest)
+    return str(path)
+
+
+def test_an_old_npz_checkpoint_is_named_then_converted_with_the_same_numbers(saved, tmp_path, capsys):
+    _, model, opt, sched, _ = saved
+    (tmp_path / "old").mkdir()
+    old = write_old_npz(tmp_path / "old" / "checkpoint.npz", model, opt, sched)
+    with pytest.raises(ValueError, match=r"in the .npz format of earlier versions: convert it once with "
+                                         r"`minitransformer convert .*checkpoint.npz`"):
+        ck.load_checkpoint(old)
+    assert npz.convert_npz(old) == [str(tmp_path / "old" / "checkpoint.safetensors")]
+    new = ck.load_checkpoint(tmp_path / "old" / "checkpoint.safetensors")
+    assert new.step == 2 and new.batch == 1 and new.extra == {"task": "copy"} and new.scheduler == sched.state_dict()
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(new.weights[name], value)
+    for key, value in opt.state_dict().items():
+        np.testing.assert_array_equal(new.optimizer[key], value)
+    assert os.path.exists(old)                              # the old file is kept ...
+    with pytest.raises(ValueError, match="exists already"):
+        npz.convert_npz(old)                                # ... and a converted one never replaced
+
+
+def test_a_run_folder_of_npz_files_converts_with_one_command(saved, tmp_path, capsys):
+    from minitransformer.kit.cli.convert import add_convert, cmd_convert
+
+    _, model, opt, sched, _ = saved
+    tmp_path = tmp_path / "old"
+    tmp_path.mkdir()
+    for step in (2, 4):
+        write_old_npz(tmp_path / f"checkpoint-{step}.npz", model, opt, sched, step=step)
+    write_old_npz(tmp_path / "checkpoint.npz", model, opt, sched, step=4)
+    for find in (ck.latest_checkpoint, ck.resolve_checkpoint):        # what --resume, translate, evaluate call
+        with pytest.raises(ValueError, match=r"holds checkpoints of an earlier version \(.npz\): convert them once "
+                                             r"with `minitransformer convert .*old`"):
+            find(tmp_path)
+
+    parser = argparse.ArgumentParser()
+    add_convert(parser.add_subparsers(dest="command"))
+    assert cmd_convert(parser.parse_args(["convert", str(tmp_path)])) == 0
+    assert capsys.readouterr().out.count("wrote ") == 3
+    assert [ck.step_of_file(p) for p in ck.last_checkpoints(tmp_path, 5)] == [2, 4]    # one run: averaged together
+    assert ck.load_checkpoint(ck.resolve_checkpoint(tmp_path)).step == 4
+
+
+@pytest.mark.parametrize("damage", ["object array", "flipped byte", "no digest", "header claims 8 TiB"])
+def test_a_crafted_npz_is_refused_by_the_converter(saved, tmp_path, damage):
+    _, model, opt, sched, _ = saved
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    old = str(tmp_path / "old.npz")
+    write_old_npz(old, model, opt, sched)
+    data = bytearray(Path(old).read_bytes())
+    if damage == "object array":
+        np.savez(old, meta=np.array([Evil()], dtype=object), format_version=np.array(1))
+        body = Path(old).read_bytes()
+        digest = b"minitransformer-sha256:" + hashlib.sha256(body).hexdigest().encode()
+        Path(old).write_bytes(body[:-2] + len(digest).to_bytes(2, "little") + digest)
+    elif damage == "flipped byte":
+        data[len(data) // 2] ^= 1
+        Path(old).write_bytes(bytes(data))
+    elif damage == "no digest":
+        Path(old).write_bytes(bytes(data[:-89]) + b"\0\0")
+    else:
+        at = bytes(data).index(b"'shape': (") + len(b"'shape': (")
+        data[at:at + 2] = b"9" * 2                           # a header whose shape claims far more than the entry
+        body = bytes(data[:-89])
+        digest = b"minitransformer-sha256:" + hashlib.sha256(body + b"\0\0").hexdigest().encode()
+        Path(old).write_bytes(body + len(digest).to_bytes(2, "little") + digest)
+    with pytest.raises(ValueError, match="is no array a checkpoint holds|checksum|damaged") as err:
+        npz.convert_npz(old, tmp_path / "new.safetensors")
+    one_line_naming(err, old)
+    assert not marker.exists() and not (tmp_path / "new.safetensors").exists()
+
+
+def test_two_train_commands_on_one_folder_end_with_one_run_and_one_refusal(tmp_path):
+    """Started together with different seeds: one trains to the end, the other is refused in one line (exit 2),
+    and the folder holds the checkpoints of one run only."""
+    out = str(tmp_path / "run")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OPENBLAS_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "minitransformer", "train", "--task", "copy", "--steps", "30",
+                               "--save-every", "5", "--seed", str(seed), "--out", out, "--no-plots", "--no-progress",
+                               "--d-model", "8", "--heads", "2", "--layers", "1", "--d-ff", "8", "--heldout", "5"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for seed in (0, 1)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    refusal = next(err for code, err in results if code == 2).strip().splitlines()[-1]
+    assert "is in use by another run" in refusal or "already holds the checkpoints of a run" in refusal, refusal
+    runs = {ck.load_checkpoint(p).run for p in ck.checkpoint_files(out)}
+    assert len(runs) == 1 and ck.load_checkpoint(os.path.join(out, ck.LATEST)).step == 30

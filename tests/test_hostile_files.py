@@ -7,7 +7,6 @@ crafted WITH a valid checksum, to reach the checks behind it.
 
 import contextlib
 import gzip
-import io
 import json
 import os
 import shutil
@@ -17,15 +16,16 @@ import sys
 import textwrap
 import time
 import tracemalloc
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.numpy
+from safetensors import safe_open
 
 import minitransformer as mt
 from minitransformer import checkpoint as ck
-from minitransformer import datasets, files
+from minitransformer import datasets, files, limits
 from minitransformer.kit.cli import main
 from minitransformer.kit.cli.common import (
     CLIError,
@@ -48,8 +48,11 @@ TIME_LIMIT = 5.0             # seconds per hostile file
 # ------------------------------------------------------------------------------------------ crafting files
 
 def arrays_of(path) -> dict:
-    with np.load(path, allow_pickle=False) as archive:
-        return {k: archive[k] for k in archive.files}
+    """The tensors of a checkpoint file, and its metadata JSON as the uint8 entry "meta" (to edit and rewrite)."""
+    with safe_open(path, framework="np") as f:
+        arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - a safe_open is not iterable
+        text, run = f.metadata()["minitransformer"], f.metadata()["run"]
+    return {**arrays, "meta": np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy(), "run": run}
 
 
 def meta_of(arrays) -> dict:
@@ -63,42 +66,26 @@ def with_meta(arrays, meta=None, text=None) -> dict:
 
 
 def write_checkpoint(path, arrays) -> str:
-    """``arrays`` as a checkpoint file with a VALID checksum (anyone can compute one)."""
-    with open(path, "w+b") as f:
-        ck._write_npz(f, arrays)
-        ck._append_digest(f)
+    """``arrays`` as a checkpoint file with a VALID digest (anyone can compute one)."""
+    tensors = {k: np.require(v, requirements=["C"]) for k, v in arrays.items() if k not in ("meta", "run")}
+    metadata = {"minitransformer": bytes(arrays["meta"]).decode("utf-8"), "run": arrays.get("run", "")}
+    metadata["sha256"] = ck._digest(metadata, tensors)
+    Path(path).write_bytes(safetensors.numpy.save(tensors, metadata=metadata))
     return str(path)
 
 
-def npy(array) -> bytes:
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.asarray(array), allow_pickle=False)
-    return buf.getvalue()
+def split_file(data: bytes) -> tuple:
+    """(header as a dict, the bytes after it) of a safetensors file."""
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + n]), data[8 + n:]
 
 
-def npy_header(shape, descr) -> bytes:
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": tuple(shape)})
-    return buf.getvalue()
-
-
-def write_zip(path, entries: dict, digest=True, compression=zipfile.ZIP_STORED) -> str:
-    """A zip of raw .npy entries {name: bytes or a callable writing into the entry}, with the checksum trailer."""
-    with zipfile.ZipFile(path, "w", compression) as z:
-        for name, data in entries.items():
-            if callable(data):
-                with z.open(name + ".npy", "w", force_zip64=True) as f:
-                    data(f)
-            else:
-                z.writestr(name + ".npy", data)
-    if digest:
-        with open(path, "r+b") as f:
-            ck._append_digest(f)
+def write_raw(path, header: dict, body: bytes, length=None) -> str:
+    """A file of an 8-byte header length (``length``, or the true one), the header's JSON, then ``body``."""
+    text = json.dumps(header).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    Path(path).write_bytes((len(text) if length is None else length).to_bytes(8, "little") + text + body)
     return str(path)
-
-
-def entries_of(arrays) -> dict:
-    return {k: npy(v) for k, v in arrays.items()}
 
 
 def first_param(arrays) -> str:
@@ -153,7 +140,7 @@ def refused(path, match) -> str:
     the memory limit. -> the message."""
     with bounded(), pytest.raises(ValueError, match=match) as err:
         ck.load_checkpoint(path)
-    assert str(path) in str(err.value)
+    assert str(path) in str(err.value) and "\n" not in str(err.value), str(err.value)
     return str(err.value)
 
 
@@ -188,7 +175,7 @@ def run(copy_run, tmp_path):
 
 
 def replace_latest(out, arrays) -> str:
-    """Make the run folder's checkpoint.npz (and its newest step file) the crafted arrays."""
+    """Make the run folder's latest checkpoint (and its newest step file) the crafted arrays."""
     latest = write_checkpoint(os.path.join(out, ck.LATEST), arrays)
     shutil.copyfile(latest, ck.list_checkpoints(out)[-1])
     return latest
@@ -239,14 +226,20 @@ def assert_unchanged(before, after):
 
 # ============================================================================ tracebacks and memory
 
-@pytest.mark.parametrize("digest", [True, False])
-def test_array_header_claiming_8_tib_is_refused_before_allocating(run, tmp_path, digest):
-    _, arrays = run
-    entries = entries_of(arrays)
-    name = first_param(arrays)
-    entries[name] = npy_header((2 ** 40,), "<f8") + npy(arrays[name])[128:]
-    path = write_zip(tmp_path / "huge.npz", entries, digest=digest)
-    refused(path, r"claims 8,796,093,022,208 bytes .* refused before allocating")
+@pytest.mark.parametrize("shape", [[2 ** 40], [0, 2 ** 62], [2 ** 31, 2 ** 31, 2 ** 31]])
+def test_a_tensor_claiming_terabytes_is_refused_before_allocating(run, tmp_path, shape):
+    header, body = split_file(Path(run[0], ck.LATEST).read_bytes())
+    name = next(k for k in header if k.startswith("param/"))
+    header[name]["shape"] = shape
+    path = write_raw(tmp_path / "huge.safetensors", header, body)
+    refused(path, rf"tensor '{name}' (claims [\d,]+ bytes .* refused before allocating|has the shape .* which no)")
+
+
+@pytest.mark.parametrize("length", [2 ** 63, 2 ** 40, limits.MAX_HEADER_BYTES + 1, 2 ** 20])
+def test_a_header_length_beyond_the_cap_or_the_file_is_refused_unread(run, tmp_path, length):
+    header, body = split_file(Path(run[0], ck.LATEST).read_bytes())
+    path = write_raw(tmp_path / "long-header.safetensors", header, body, length=length)
+    refused(path, rf"first 8 bytes announce a header of {length:,} bytes, the file has .* refused unread")
 
 
 @pytest.mark.parametrize("field, value, match", [
@@ -263,7 +256,7 @@ def test_config_beyond_caps_or_file_is_refused_before_building(run, tmp_path, ca
     meta["config"][field] = value
     if field == "src_vocab_size" and value < 10 ** 6:
         meta["config"]["tgt_vocab_size"] = value
-    path = write_checkpoint(tmp_path / "big.npz", with_meta(arrays, meta))
+    path = write_checkpoint(tmp_path / "big.safetensors", with_meta(arrays, meta))
     refused(path, match)
     cli_refuses(capsys, ["translate", "--checkpoint", path, "4 5"], path, field if "beyond" in match else "describes")
 
@@ -273,14 +266,14 @@ def test_missing_step_and_param_names_are_named(run, tmp_path):
     for key in ("step", "param_names", "batch"):
         meta = meta_of(arrays)
         del meta[key]
-        refused(write_checkpoint(tmp_path / f"no-{key}.npz", with_meta(arrays, meta)), f"is missing '{key}'")
+        refused(write_checkpoint(tmp_path / f"no-{key}.safetensors", with_meta(arrays, meta)), f"is missing '{key}'")
 
 
 def test_tokenizers_without_tgt_are_named(run, tmp_path, capsys):
     _, arrays = run
     meta = meta_of(arrays)
     meta["tokenizers"] = {"src": TOKENS.to_json()}
-    path = write_checkpoint(tmp_path / "half.npz", with_meta(arrays, meta))
+    path = write_checkpoint(tmp_path / "half.safetensors", with_meta(arrays, meta))
     cli_refuses(capsys, ["translate", "--checkpoint", path, "a b"], path, "missing tokenizers.tgt")
 
 
@@ -290,16 +283,16 @@ def test_deep_nesting_is_refused_without_recursion_error(run, tmp_path, capsys, 
     meta = meta_of(arrays)
     if where == "meta":                                     # 200,000 nested [ inside the metadata
         text = json.dumps({**meta, "extra": "@"}).replace('"@"', "[" * 200_000 + "]" * 200_000)
-        path = write_checkpoint(tmp_path / "deep.npz", with_meta(arrays, text=text))
+        path = write_checkpoint(tmp_path / "deep.safetensors", with_meta(arrays, text=text))
         refused(path, "nested too deeply")
     elif where == "optimizer":                              # a skeleton 980 lists deep around a real array entry
         skeleton = json.dumps(meta["optimizer"])
         text = json.dumps({**meta, "optimizer": "@"}).replace('"@"', "[" * 980 + skeleton + "]" * 980)
-        path = write_checkpoint(tmp_path / "deep.npz", with_meta(arrays, text=text))
+        path = write_checkpoint(tmp_path / "deep.safetensors", with_meta(arrays, text=text))
         refused(path, "nested too deeply")
     else:                                                   # the tokenizer JSON string, parsed later by the CLI
         meta["tokenizers"] = {"src": "[" * 100_000 + "]" * 100_000, "tgt": TOKENS.to_json()}
-        path = write_checkpoint(tmp_path / "deep.npz", with_meta(arrays, meta))
+        path = write_checkpoint(tmp_path / "deep.safetensors", with_meta(arrays, meta))
     cli_refuses(capsys, ["translate", "--checkpoint", path, "4 5"], path, "nested too deeply")
 
 
@@ -326,8 +319,8 @@ def test_negative_step_is_refused_and_writes_no_file(run, tmp_path, capsys):
     refused(latest, r"step must be an integer in \[0, 1,000,000,000\], got -5")
     before = sorted(os.listdir(out))
     cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "8", "--no-progress"], "step")
-    assert sorted(os.listdir(out)) == before                # no checkpoint--5.npz, nothing else either
-    with pytest.raises(ValueError, match="step must be an int in"):
+    assert sorted(os.listdir(out)) == before                # no checkpoint--5 file, nothing else either
+    with pytest.raises(ValueError, match=r"save_checkpoint: step must be an integer in \[0, 1,000,000,000\]"):
         ck.CheckpointManager(tmp_path / "m").save(-5, weights={"w": np.zeros(2)})
     assert os.listdir(tmp_path / "m") == []
 
@@ -347,46 +340,84 @@ def test_absurd_data_positions_are_refused(run, capsys, where, value, match):
         meta[where] = value
     replace_latest(out, with_meta(arrays, meta))
     cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "8", "--no-progress"])
-    assert ck.list_checkpoints(out)[-1].endswith("checkpoint-4.npz")    # nothing trained, nothing saved
+    assert ck.list_checkpoints(out)[-1].endswith("checkpoint-4.safetensors")    # nothing trained, nothing saved
 
 
 def test_complex_weights_are_refused(run, tmp_path):
     _, arrays = run
     name = first_param(arrays)
-    path = write_checkpoint(tmp_path / "complex.npz", {**arrays, name: arrays[name] + 1j})
-    refused(path, "holds complex64 values; a checkpoint holds only bool, integer and float arrays")
+    path = write_checkpoint(tmp_path / "complex.safetensors", {**arrays, name: arrays[name] + 1j})
+    refused(path, "holds 'C64' values; a checkpoint holds only bool, integer and float arrays")
+    with pytest.raises(TypeError, match="complex64 array; a checkpoint holds bool, int and float"):
+        ck.save_checkpoint(tmp_path / "c.safetensors", weights={"w": np.zeros(2, np.complex64)})
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_nonfinite_weights_are_refused(run, tmp_path, capsys, value):
     _, arrays = run
     crafted = {k: (np.full_like(v, value) if k.startswith("param/") else v) for k, v in arrays.items()}
-    path = write_checkpoint(tmp_path / "nan.npz", crafted)
+    path = write_checkpoint(tmp_path / "nan.safetensors", crafted)
     refused(path, "holds NaN or infinite values")
     cli_refuses(capsys, ["translate", "--checkpoint", path, "4 5"], "NaN or infinite")   # not empty lines, exit 0
 
 
-def test_extra_entries_and_inflated_entries_are_refused_unread(run, tmp_path):
+@pytest.mark.parametrize("crafted, expected", [
+    ("float64 weights of 1e300", "holds values beyond the range of float32, the dtype it runs in"),
+    ("negative second moments", "holds negative values; Adam's second moments are squares"),
+    ("schedule factor 1e300", "scheduler['factor'] must be a finite number >= 0 (at most 3.403e+38"),
+])
+def test_values_finite_only_before_the_cast_are_refused(run, capsys, crafted, expected):
+    """Finite means finite in the dtype the run computes in: each of these loads as a file, and would end in a
+    non-finite loss after the first step; resume (and translate, for the weights) refuse them first."""
+    out, arrays = run
+    meta = meta_of(arrays)
+    if crafted.startswith("float64"):
+        name = first_param(arrays)
+        arrays = {**arrays, name: np.full(arrays[name].shape, 1e300)}
+    elif crafted.startswith("negative"):
+        name = meta["optimizer"]["v.0"]["__array__"]
+        arrays = {**arrays, name: -1.0 - np.abs(arrays[name])}
+    else:
+        meta["scheduler"]["factor"] = 1e300
+    latest = replace_latest(out, with_meta(arrays, meta))
+    ck.load_checkpoint(latest)
+    cli_refuses(capsys, ["train", "--task", "copy", "--out", out, "--resume", "--steps", "8", "--no-progress"],
+                latest, expected)
+    if crafted.startswith("float64"):
+        cli_refuses(capsys, ["translate", "--checkpoint", out, "4 5"], latest, "beyond the range of float32")
+
+
+def test_optimizer_metadata_with_both_dict_and_tuple_is_refused_in_one_line(run, tmp_path, capsys):
     _, arrays = run
-    path = write_checkpoint(tmp_path / "extra.npz", {**arrays, "payload": np.zeros(1000)})
-    refused(path, r"holds entries no checkpoint has \(\['payload'\]\): refused unread")
+    meta = meta_of(arrays)
+    meta["optimizer"]["lr"] = {"__dict__": [["a", 1]], "__tuple__": [1, 2]}
+    path = write_checkpoint(tmp_path / "both.safetensors", with_meta(arrays, meta))
+    refused(path, r"optimizer holds a malformed entry \(keys \['__dict__', '__tuple__'\]\)")
+    cli_refuses(capsys, ["evaluate", "--checkpoint", path], path, "malformed entry")
 
-    def zeros_400_mb(f):                                    # deflates to about 400 KB
-        f.write(npy_header((50 * 2 ** 20,), "<f8"))
-        block = bytes(1 << 20)
-        for _ in range(400):
-            f.write(block)
 
-    entries = {**entries_of(arrays), "payload": zeros_400_mb}
-    path = write_zip(tmp_path / "bomb.npz", entries, compression=zipfile.ZIP_DEFLATED)
-    assert os.path.getsize(path) < 2 << 20
-    refused(path, r"decompress to 4\d\d,\d{3},\d{3} bytes from a file of .* refused before decompressing")
+def test_a_header_cut_inside_its_json_is_refused_in_one_line(run, tmp_path, capsys):
+    data = Path(run[0], ck.LATEST).read_bytes()
+    for cut in (9, 40, 8 + int.from_bytes(data[:8], "little") // 2):
+        path = tmp_path / f"cut-{cut}.safetensors"
+        path.write_bytes(data[:cut])                          # the length still announces the whole header
+        refused(path, "truncated")
+        n = cut - 8                                          # the same cut, with the length saying so
+        path.write_bytes(n.to_bytes(8, "little") + data[8:cut])
+        refused(path, "header: not valid JSON")
+    cli_refuses(capsys, ["translate", "--checkpoint", str(path), "4 5"], str(path), "not valid JSON")
+
+
+def test_extra_entries_are_refused_unread(run, tmp_path):
+    _, arrays = run
+    path = write_checkpoint(tmp_path / "extra.safetensors", {**arrays, "payload": np.zeros(1000)})
+    refused(path, r"holds tensors no checkpoint has \(\['payload'\]\): refused unread")
 
 
 # ============================================================================ hangs
 
 def test_fifo_checkpoint_is_refused_without_blocking(tmp_path):
-    fifo = str(tmp_path / "f.npz")
+    fifo = str(tmp_path / "f.safetensors")
     os.mkfifo(fifo)
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), OPENBLAS_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "minitransformer", "translate", "--checkpoint", fifo, "4 5"],
@@ -433,7 +464,7 @@ def test_no_write_goes_through_a_link(tmp_path):
     folder = tmp_path / "run"
     manager = ck.CheckpointManager(folder)
     os.symlink(victim, folder / ck.LATEST)
-    with pytest.raises(ValueError, match="checkpoint.npz is a symbolic link"):
+    with pytest.raises(ValueError, match="checkpoint.safetensors is a symbolic link"):
         manager.save(1, weights={"w": np.zeros(2)})
     assert victim.read_text() == "precious"
     assert not [n for n in os.listdir(folder) if n.endswith(files.TEMP_SUFFIX)]
@@ -555,7 +586,7 @@ def test_a_refused_resume_changes_nothing(api_checkpoint, tmp_path, crafted):
         meta["rng"]["host"]["state"] = "garbage"
     else:
         meta["extra"]["trainer"]["data"]["position"] = 4
-    path = write_checkpoint(tmp_path / "crafted.npz", with_meta(arrays, meta))
+    path = write_checkpoint(tmp_path / "crafted.safetensors", with_meta(arrays, meta))
     trainer = api_trainer(seed=1)
     before = snapshot(trainer)
     with pytest.raises(ValueError, match=str(tmp_path)):
@@ -598,7 +629,7 @@ def test_parameter_count_is_that_of_the_model(changes):
 # ============================================================================ fuzz
 
 FUZZ_CASES = int(os.environ.get("MINITRANSFORMER_FUZZ_CASES", "240"))
-DTYPES = ["<f4", ">f8", "<f2", "<i8", "|u1", "|b1", "<c16", "|O", "<U3", "|V8", "<M8[s]"]
+HEADER_DTYPES = ["F32", "F64", "F16", "BF16", "I64", "U8", "BOOL", "C64", "F8_E4M3", "", "f4"]
 
 
 def random_json(rng, depth=0):
@@ -633,28 +664,34 @@ def mutate(rng, base: bytes, arrays: dict, path: str) -> str:
     """Write one mutation of the checkpoint to ``path``; -> what kind it was."""
     kind = str(rng.choice(["bytes", "truncate", "header", "meta", "array"]))
     keep_digest = bool(rng.integers(0, 2))
-    body = base[:-(ck._TRAILER + 2)] + b"\0\0"                    # the archive without its checksum comment
-    if kind in ("bytes", "truncate"):
-        data = bytearray(body)
-        if kind == "bytes":
-            for offset in rng.integers(0, len(data), size=rng.integers(1, 9)):
-                data[offset] = int(rng.integers(0, 256))
+    if kind == "bytes":
+        data = bytearray(base)
+        start = 8 + int.from_bytes(base[:8], "little") if keep_digest else 0    # with a digest: the tensors only
+        for offset in rng.integers(start, len(data), size=rng.integers(1, 9)):
+            data[offset] = int(rng.integers(0, 256))
+        if keep_digest:                                              # a valid digest over the damaged tensors
+            write_checkpoint(path, {**safetensors.numpy.load(bytes(data)), "meta": arrays["meta"], "run": arrays["run"]})
         else:
-            data = data[:rng.integers(0, len(data))]
-        Path(path).write_bytes(bytes(data))
-        if keep_digest:
-            with contextlib.suppress(RuntimeError), open(path, "r+b") as f:
-                ck._append_digest(f)                             # a valid checksum over the damage
-        return f"{kind}{'+digest' if keep_digest else ''}"
-    if kind == "header":
-        entries = entries_of(arrays)
-        name = str(rng.choice(sorted(entries)))
-        old = arrays[name]
-        shape = tuple(int(rng.choice([0, 1, 3, 2 ** 20, 2 ** 40, -1, old.size])) for _ in range(rng.integers(0, 4)))
-        header = npy_header(shape, str(rng.choice(DTYPES + [old.dtype.str] * 4)))
-        entries[name] = header + npy(old)[128:]
-        write_zip(path, entries, digest=keep_digest)
-        return f"header {name} {shape}"
+            Path(path).write_bytes(bytes(data))
+        return f"bytes{'+digest' if keep_digest else ''}"
+    if kind == "truncate":
+        Path(path).write_bytes(base[:rng.integers(0, len(base))])
+        return kind
+    if kind == "header":                                             # one tensor's dtype, shape or offsets
+        header, body = split_file(base)
+        name = str(rng.choice(sorted(k for k in header if k != "__metadata__")))
+        entry = header[name]
+        field = str(rng.choice(["dtype", "shape", "data_offsets", "extra key"]))
+        if field == "dtype":
+            entry["dtype"] = str(rng.choice(HEADER_DTYPES))
+        elif field == "shape":
+            entry["shape"] = [int(rng.choice([0, 1, 3, 2 ** 20, 2 ** 40, -1, 2 ** 64])) for _ in range(rng.integers(0, 4))]
+        elif field == "data_offsets":
+            entry["data_offsets"] = [int(rng.choice([0, 1, 8, 2 ** 40, -1])), entry["data_offsets"][1]]
+        else:
+            entry["x"] = random_json(rng)
+        write_raw(path, header, body)
+        return f"header {name} {field}"
     if kind == "meta":
         meta = meta_of(arrays)
         where = json_paths(meta)
@@ -665,7 +702,7 @@ def mutate(rng, base: bytes, arrays: dict, path: str) -> str:
         parent[target[-1]] = random_json(rng)
         write_checkpoint(path, with_meta(arrays, meta))
         return f"meta {'.'.join(map(str, target[:4]))}"
-    name = str(rng.choice(sorted(k for k in arrays if k != "meta")))
+    name = str(rng.choice(sorted(k for k in arrays if k not in ("meta", "run"))))
     replacements = [np.full_like(arrays[name], np.nan, dtype=float), arrays[name].astype(np.complex64),
                     np.zeros((2, 3, 4)), np.array(10 ** 18), arrays[name].astype(np.int8), np.zeros(0, np.float32)]
     replacement = replacements[rng.integers(0, len(replacements))]
@@ -693,14 +730,14 @@ def try_everything(path) -> str:
 
 
 def test_fuzz_mutated_checkpoints_are_refused_or_load(api_checkpoint, tmp_path):
-    """Random bytes, truncations, .npy header fields, metadata fields set to random JSON of every type and depth,
+    """Random bytes, truncations, the header's tensor fields, metadata fields set to random JSON of every type and depth,
     arrays of other dtypes and shapes; with and without a valid checksum. Each is a clean refusal or a load that
     works, within TIME_LIMIT and MEMORY_LIMIT. MINITRANSFORMER_FUZZ_CASES sets the count (default 240)."""
     base = Path(api_checkpoint).read_bytes()
     arrays = arrays_of(api_checkpoint)
     rng = np.random.default_rng(2024)
     counts = {"refused": 0, "loaded": 0}
-    path = str(tmp_path / "fuzz.npz")
+    path = str(tmp_path / "fuzz.safetensors")
     started = time.perf_counter()
     for case in range(FUZZ_CASES):
         kind = mutate(rng, base, arrays, path)
@@ -711,7 +748,7 @@ def test_fuzz_mutated_checkpoints_are_refused_or_load(api_checkpoint, tmp_path):
             raise AssertionError(f"case {case} ({kind}): {type(err).__name__}: {err}") from err
     print(f"\nfuzz of the file: {FUZZ_CASES} cases in {time.perf_counter() - started:.1f} s: {counts['refused']} refused, "
           f"{counts['loaded']} loaded, 0 other")
-    assert counts["refused"] > FUZZ_CASES // 2 and counts["loaded"] > 0
+    assert sum(counts.values()) == FUZZ_CASES and counts["refused"] > FUZZ_CASES // 2 and counts["loaded"] > 0
 
 
 def test_fuzz_saved_settings_and_training_state_through_train_resume(run, capsys):
@@ -732,7 +769,7 @@ def test_fuzz_saved_settings_and_training_state_through_train_resume(run, capsys
         parent[target[-1]] = random_json(rng)
         shutil.rmtree(out)
         os.makedirs(out)
-        for name in (ck.LATEST, "checkpoint-4.npz"):
+        for name in (ck.LATEST, "checkpoint-4.safetensors"):
             write_checkpoint(os.path.join(out, name), with_meta(arrays, meta))
         capsys.readouterr()
         try:
@@ -756,13 +793,21 @@ def test_parameter_refuses_what_is_not_finite_real_numbers(data):
         mt.Parameter(data)
 
 
-@pytest.mark.parametrize("spoil", ["shape of the last key", "inf", "list of None", "not a dict"])
+def test_parameter_refuses_numbers_its_dtype_cannot_hold():
+    with pytest.raises(ValueError, match="Parameter: data holds values beyond the range of float32"):
+        mt.Parameter(np.array([1.0, 1e300]))                     # finite in float64, inf in the default float32
+    assert mt.Parameter(np.array([1e300]), dtype=np.float64).data[0] == 1e300
+
+
+@pytest.mark.parametrize("spoil", ["shape of the last key", "inf", "1e300 into float32", "list of None",
+                                   "not a dict"])
 def test_load_state_dict_is_all_or_nothing(spoil):
     model = mt.layers.PositionwiseFeedForward(4, 6)
     before = {k: v.copy() for k, v in model.state_dict().items()}
     state = {k: v + 1.0 for k, v in before.items()}             # every weight would change ...
     last = list(state)[-1]
     state[last] = {"shape of the last key": np.zeros(3), "inf": np.full(before[last].shape, np.inf),
+                   "1e300 into float32": np.full(before[last].shape, 1e300),            # finite in float64 only
                    "list of None": [None] * before[last].size}.get(spoil)   # ... but the last entry is bad
     with pytest.raises((TypeError, ValueError), match="load_state_dict"):
         model.load_state_dict(None if spoil == "not a dict" else state)

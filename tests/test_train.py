@@ -143,7 +143,7 @@ def test_fresh_trainer_refuses_a_folder_with_another_runs_checkpoints(tmp_path):
     before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
     fresh = make_trainer(tmp_path, max_steps=4, save_every=1, keep=3)
     with pytest.raises(ValueError, match=r"checkpoint_dir .* already holds the checkpoints of another run "
-                                         r"\(checkpoint\.npz, checkpoint-6\.npz, checkpoint-4\.npz, \.\.\.\): "
+                                         r"\(checkpoint\.safetensors, checkpoint-6\.safetensors, checkpoint-4\.safetensors, \.\.\.\): "
                                          r"continue it with trainer\.resume"):
         fresh.fit()
     with pytest.raises(ValueError, match="checkpoint_dir"):
@@ -156,18 +156,18 @@ def test_fresh_trainer_refuses_a_folder_with_another_runs_checkpoints(tmp_path):
     again.fit()
     again.max_steps = 10
     again.fit()
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-10.npz", "checkpoint-6.npz", "checkpoint-8.npz",
-                                            "checkpoint.npz"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-10.safetensors", "checkpoint-6.safetensors", "checkpoint-8.safetensors",
+                                            "checkpoint.safetensors"]
 
 
-def test_resume_of_a_folder_without_checkpoint_npz_takes_the_newest_step_file(tmp_path):
+def test_resume_of_a_folder_without_the_latest_checkpoint_takes_the_newest_step_file(tmp_path):
     make_trainer(tmp_path, max_steps=4, save_every=2).fit()
-    os.remove(tmp_path / "checkpoint.npz")
+    os.remove(tmp_path / "checkpoint.safetensors")
     trainer = make_trainer(tmp_path, max_steps=6, save_every=2)
     trainer.resume(tmp_path)
     assert trainer.step == 4
     trainer.fit()
-    assert ck.load_checkpoint(tmp_path / "checkpoint.npz").step == 6
+    assert ck.load_checkpoint(tmp_path / "checkpoint.safetensors").step == 6
     with pytest.raises(FileNotFoundError, match="no checkpoint in"):
         make_trainer(tmp_path / "empty", max_steps=1).resume(tmp_path / "empty")
 
@@ -246,11 +246,11 @@ def test_nonfinite_loss_stops_and_leaves_the_checkpoint_untouched(tmp_path):
 
     trainer.save = save_and_remember
     with pytest.raises(NonFiniteError, match=r"non-finite loss nan at step 8 .*was not taken.*"
-                                             r"checkpoint\.npz, step 5\) was left untouched"):
+                                             r"checkpoint\.safetensors, step 5\) was left untouched"):
         trainer.fit()
-    assert Path(tmp_path / "checkpoint.npz").read_bytes() == before
-    assert ck.load_checkpoint(tmp_path / "checkpoint.npz").step == 5
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-5.npz", "checkpoint.npz"]
+    assert Path(tmp_path / "checkpoint.safetensors").read_bytes() == before
+    assert ck.load_checkpoint(tmp_path / "checkpoint.safetensors").step == 5
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-5.safetensors", "checkpoint.safetensors"]
 
 
 def test_nonfinite_gradient_stops(tmp_path):
@@ -265,7 +265,7 @@ def test_nonfinite_gradient_stops(tmp_path):
     model.backward = poisoned_backward
     with pytest.raises(NonFiniteError, match="non-finite gradient norm .* no checkpoint was written"):
         trainer.fit()
-    assert not os.path.exists(tmp_path / "checkpoint.npz")
+    assert not os.path.exists(tmp_path / "checkpoint.safetensors")
 
 
 def test_nonfinite_skip_drops_the_step_and_goes_on():
@@ -330,21 +330,21 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(tmp_path):
     proc = subprocess.Popen(TRAIN + ["--out", killed], env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
-    while not os.path.exists(os.path.join(killed, "checkpoint-30.npz")) and time.time() < deadline:
+    while not os.path.exists(os.path.join(killed, "checkpoint-30.safetensors")) and time.time() < deadline:
         if proc.poll() is not None:
             break
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)                       # no cleanup, no final save
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
-    step_at_kill = ck.load_checkpoint(os.path.join(killed, "checkpoint.npz")).step
-    assert 20 <= step_at_kill < 150     # 20 if killed between writing checkpoint-30 and copying it to checkpoint.npz
+    step_at_kill = ck.load_checkpoint(os.path.join(killed, "checkpoint.safetensors")).step
+    assert 20 <= step_at_kill < 150     # 20 if killed between writing checkpoint-30 and copying it to checkpoint.safetensors
 
     resumed = subprocess.run(TRAIN + ["--out", killed, "--resume"], env=_env(), capture_output=True, text=True,
                              timeout=120, check=False)
     assert resumed.returncode == 0, resumed.stderr
-    a = ck.load_checkpoint(os.path.join(full, "checkpoint.npz"))
-    b = ck.load_checkpoint(os.path.join(killed, "checkpoint.npz"))
+    a = ck.load_checkpoint(os.path.join(full, "checkpoint.safetensors"))
+    b = ck.load_checkpoint(os.path.join(killed, "checkpoint.safetensors"))
     assert a.step == b.step == 150
     assert_same_weights(a.weights, b.weights)
     for name in a.optimizer:
@@ -359,17 +359,17 @@ KILL_DURING_SAVE = textwrap.dedent("""
     import test_train
 
     calls = []
-    real = ck._write_npz
+    real = ck._write_file
 
-    def write_then_die(f, arrays):
+    def write_then_die(f, data):
         calls.append(1)
-        if len(calls) == 2:                  # the second save: half a file, then the machine "dies"
-            f.write(b"PK\\x03\\x04" + b"x" * 1000)
+        if len(calls) == 3:                  # the second save's step file: half of it, then the machine "dies"
+            f.write(data[:len(data) // 2])
             f.flush()
             os.kill(os.getpid(), signal.SIGKILL)
-        real(f, arrays)
+        real(f, data)
 
-    ck._write_npz = write_then_die
+    ck._write_file = write_then_die
     trainer = test_train.make_trainer({out!r}, max_steps=20, save_every=5)
     trainer.fit()
 """)
@@ -382,7 +382,7 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     names = sorted(os.listdir(out))
     assert any(n.endswith(ck.TEMP_SUFFIX) for n in names)          # the half-written file, never renamed
-    latest = ck.load_checkpoint(os.path.join(out, "checkpoint.npz"))
+    latest = ck.load_checkpoint(os.path.join(out, "checkpoint.safetensors"))
     assert latest.step == 5
     # a new run in the same folder resumes from it and clears the dead writer's temporary file
     trainer = make_trainer(out, max_steps=7)

@@ -1,102 +1,67 @@
-"""Training checkpoints: one ``.npz`` file holding everything a run needs to continue, and no pickle.
+"""Training checkpoints: one safetensors file holding everything a run needs to continue, and no pickle.
 
-What one checkpoint holds (the names inside the archive):
+Tensors: ``param/<name>`` (the weights, as ``state_dict`` names them), ``optim/<i>`` and ``sched/<i>`` (the
+optimiser's and the schedule's arrays: Adam's m and v). The header's string metadata: ``minitransformer``, JSON
+with the format version, step, epoch and batch position, random-generator states, model config, tokenisers,
+extra data (histories) and the optimiser/schedule skeletons (their scalars, and which tensor goes where);
+``run``, the id of the run that wrote it (read without parsing that JSON); ``sha256``, the digest of the other
+two and of every tensor (``_digest``).
 
-    param/<name>        the model's weights, one array per ``state_dict`` entry
-    optim/<i>           the optimiser's arrays (Adam's m and v ...); its scalars live in the JSON below
-    sched/<i>           the learning-rate schedule's arrays, if it has any
-    meta                UTF-8 JSON as a uint8 array: format version, step, epoch and batch position,
-                        the random generators' states, the model config, the tokenisers' vocabularies,
-                        and the optimiser/schedule skeletons (their scalars, and which array goes where)
-    format_version      int64, FORMAT_VERSION
+Why safetensors: a format made for files strangers send each other (a JSON header, then raw little-endian bytes;
+nothing runs on loading, where ``numpy.load(allow_pickle=True)`` runs what a crafted file says), which PyTorch,
+JAX and the Hugging Face tools open directly (``safetensors.torch.load_file``).
 
-and, in the zip archive's comment at the very end of the file, ``minitransformer-sha256:<hex>``: the
-sha256 of every byte before it (with the comment-length field read as 0).
+Why every field is checked: the digest proves integrity, not origin (anyone can compute one). ``load_checkpoint``
+reads the 8-byte header length itself and refuses one above ``limits.MAX_HEADER_BYTES`` unread; then checks each
+tensor's dtype (bool, int, float), shape and size against the file, and every metadata field, the config's sizes
+against the weights the file holds, before any tensor is read; then the digest and finiteness. Each refusal is
+one line naming the file and the field. The writer runs the same checks, so a run never saves what it cannot read.
 
-Why not pickle: ``np.load(allow_pickle=True)`` on a file from the internet runs whatever code the file
-says. Here everything is a plain array, loading uses ``allow_pickle=False``, and a file that needs
-pickle is refused.
-
-Why atomic writes: a run killed while saving (a laptop lid closing) must leave the previous checkpoint
-whole. ``files.atomic_write`` writes under a temporary name in the same folder, fsyncs, ``os.replace``s
-over the old file (atomic on POSIX and Windows) and fsyncs the folder; it refuses a destination that is a
-symbolic link.
-
-Why a checksum of the whole file: the zip format's CRCs miss some damage (a flipped byte in a header field
-that ``np.load`` does not read, an array rewritten with other values and a fresh CRC), and a truncated
-file must not pass for a shorter one. The sha256 covers every byte, so any change, anywhere, is refused
-with a message instead of training on garbage.
-
-Why every field is checked on reading: checkpoints are shared, and the sha256 proves integrity, not origin
-(anyone can compute it). ``load_checkpoint`` reads a file as untrusted input: every array header is checked
-before the array is allocated, sizes are capped (``CONFIG_CAPS`` and the limits beside it), and each field is
-checked with a message naming the file and the field (see ``load_checkpoint``).
-
-Keeping the last K: ``CheckpointManager`` writes ``checkpoint-<step>.npz`` and a copy of it as
-``checkpoint.npz`` (the latest), deleting the oldest beyond ``keep``, so that ``average_checkpoints`` can
-average the weights of the last N as the paper does (§6.1: "averaging the last 5 checkpoints").
-``checkpoint.npz`` is a file of its own, not a hard link: ``cp backup/checkpoint.npz run/checkpoint.npz``
-writes into the existing file, and through a link it would silently rewrite ``checkpoint-<step>.npz`` too.
+Writes are atomic (``files.atomic_write``). ``CheckpointManager`` writes ``checkpoint-<step>.safetensors`` and
+the same bytes as ``checkpoint.safetensors`` (a file of its own, never a link: ``cp backup/checkpoint.safetensors
+run/`` must not rewrite a step file too), keeps the last ``keep`` step files of its run, and holds the folder's
+lock (``files.lock_folder``). ``average_checkpoints`` averages the last N, as the paper does (§6.1).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
-import shutil
-import struct
-import zipfile
-import zlib
+import secrets
+import sys
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy
+import safetensors
+import safetensors.numpy
 
-from minitransformer.kit.running.files import (
-    TEMP_PREFIX,
-    TEMP_SUFFIX,
-    atomic_write,
-    open_regular,
-    parse_json,
+from minitransformer.kit.running import checkpoint_checks as checks
+from minitransformer.kit.running import files
+from minitransformer.kit.running.checkpoint_checks import (  # noqa: F401 - public here too
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    check_config,
+    check_state,
+    parameter_count,
 )
+from minitransformer.limits import CONFIG_CAPS, MAX_COUNT  # noqa: F401 - the kit reaches them here too
 
-FORMAT_NAME = "minitransformer-checkpoint"
-FORMAT_VERSION = 1
-LATEST = "checkpoint.npz"
-_STEP_FILE = re.compile(r"^checkpoint-(\d+)\.npz$")
-
-# What a checkpoint of this project can hold. A file asking for more is refused before anything is allocated:
-# the sizes are those of the paper's big model with room to spare, and the tables they imply (embeddings,
-# positional encodings) must fit in memory.
-CONFIG_CAPS = {"src_vocab_size": 1_000_000, "tgt_vocab_size": 1_000_000, "d_model": 8192, "num_heads": 1024,
-               "d_k": 8192, "d_ff": 65536, "num_encoder_layers": 128, "num_decoder_layers": 128, "max_len": 8192}
-MAX_POSITIONS = 1 << 24       # max_len * d_model: the sinusoidal table each side builds (not stored in the file)
-MAX_COUNT = 10 ** 9           # steps, epochs, batch positions: far beyond any run (the paper's longest: 300,000 steps)
-MAX_META_BYTES = 64 << 20     # the JSON metadata: vocabularies, merges and histories take a few MB
-MAX_ENTRIES = 100_000         # arrays in one file (a model has hundreds, its optimiser twice as many)
-MAX_NDIM = 8
-MAX_INFLATION = 16            # numpy.savez stores arrays uncompressed; a deflated file may shrink, not 1000-fold
+TEMP_SUFFIX = files.TEMP_SUFFIX
+SUFFIX = ".safetensors"
+LATEST = "checkpoint" + SUFFIX
+_STEP_FILE = re.compile(r"^checkpoint-(\d+)\.safetensors$")
+CODES = {numpy.dtype(name): code for code, name in checks.DTYPES.items()}
 
 
 @dataclass
 class Checkpoint:
-    """Everything ``load_checkpoint`` read back from one file.
-
-    weights     OrderedDict {parameter name: numpy array}, for ``model.load_state_dict``
-    optimizer   the optimiser's ``state_dict()`` as it was saved (None if none was)
-    scheduler   the schedule's ``state_dict()`` (None if none was)
-    step        optimiser steps taken
-    epoch       the epoch the next batch belongs to
-    batch       how many batches of that epoch were already consumed
-    rng         ``backend.get_rng_state()`` at the time of saving (None if not saved)
-    config      the model config as a dict (``TransformerConfig.to_dict()``)
-    tokenizers  {"src": tokenizer JSON string, "tgt": ...} or {} (vocabularies, for translation)
-    extra       any other JSON-able data the trainer stored (task name, history, ...)
-    path        the file it came from
-    """
+    """What ``load_checkpoint`` read: weights (name -> array, for ``model.load_state_dict``), the optimiser's and
+    schedule's ``state_dict()`` (None if not saved), step, the data position (epoch, batch), rng, config (a dict),
+    tokenizers ({"src": JSON, "tgt": JSON} or {}), extra (task, histories), the file's path and the run's id."""
 
     weights: OrderedDict
     optimizer: dict | None = None
@@ -109,567 +74,138 @@ class Checkpoint:
     tokenizers: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     path: str | None = None
-
-
-# ============================================================================ nested state <-> arrays + JSON
-
-def _flatten(obj, prefix: str, arrays: dict):
-    """A JSON-able skeleton of ``obj``; every array goes into ``arrays`` under ``prefix/<n>``.
-
-    Plain Python scalars stay in the JSON (Python's json writes floats so that they read back to the same
-    bits). NumPy arrays AND NumPy scalars become arrays, so that a float32 or float64 scalar comes back with
-    its dtype - a NumPy float64 times a float32 array is float64, a Python float times it is float32,
-    and exact resume needs the same arithmetic. Tuples and dicts with non-string keys are tagged so that
-    they come back as they were.
-    """
-    if isinstance(obj, (numpy.ndarray, numpy.generic)) or hasattr(obj, "__cuda_array_interface__"):
-        key = f"{prefix}/{len(arrays)}"
-        arrays[key] = _host_array(obj)
-        return {"__array__": key, "scalar": isinstance(obj, numpy.generic)}
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        items = [_flatten(v, prefix, arrays) for v in obj]
-        return {"__tuple__": items} if isinstance(obj, tuple) else items
-    if isinstance(obj, dict):
-        if all(isinstance(k, str) and not k.startswith("__") for k in obj):
-            return {k: _flatten(v, prefix, arrays) for k, v in obj.items()}
-        for k in obj:
-            if isinstance(k, bool) or not isinstance(k, (str, int)):
-                raise TypeError(f"save_checkpoint: state dict keys must be str or int, got {k!r} under {prefix!r}")
-        return {"__dict__": [[k, _flatten(v, prefix, arrays)] for k, v in obj.items()]}
-    raise TypeError(f"save_checkpoint: cannot store a {type(obj).__name__} under {prefix!r}: "
-                    "state must be arrays, numbers, strings, None, lists, tuples and dicts")
-
-
-def _host_array(x) -> numpy.ndarray:
-    if hasattr(x, "get") and not isinstance(x, (numpy.ndarray, numpy.generic)):
-        x = x.get()  # CuPy -> host
-    return numpy.asarray(x)
+    run: str | None = None
 
 
 # ============================================================================ writing
 
-def _write_npz(f, arrays: dict) -> None:
-    """The archive itself (a separate function so that tests can make it fail half-way)."""
-    numpy.savez(f, **arrays)
+def _flatten(obj, prefix: str, tensors: dict):
+    """A JSON-able skeleton of ``obj``; every array goes into ``tensors`` under ``prefix/<n>``. NumPy scalars too,
+    so that a float32 comes back a float32 (NumPy float64 times a float32 array is float64, a Python float times it
+    float32: exact resume needs the same arithmetic). Tuples and dicts with non-str or "__" keys are tagged."""
+    if isinstance(obj, (numpy.ndarray, numpy.generic)) or hasattr(obj, "__cuda_array_interface__"):
+        key = f"{prefix}/{len(tensors)}"
+        tensors[key] = obj.get() if hasattr(obj, "__cuda_array_interface__") else numpy.asarray(obj)   # CuPy: host
+        return {"__array__": key, "scalar": isinstance(obj, numpy.generic)}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        items = [_flatten(v, prefix, tensors) for v in obj]
+        return {"__tuple__": items} if isinstance(obj, tuple) else items
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in obj):
+            return {k: _flatten(v, prefix, tensors) for k, v in obj.items()}
+        if any(isinstance(k, bool) or not isinstance(k, (str, int)) for k in obj):
+            raise TypeError(f"save_checkpoint: state dict keys must be str or int, under {prefix!r}")
+        return {"__dict__": [[k, _flatten(v, prefix, tensors)] for k, v in obj.items()]}
+    raise TypeError(f"save_checkpoint: cannot store a {type(obj).__name__} under {prefix!r}: "
+                    "state must be arrays, numbers, strings, None, lists, tuples and dicts")
 
 
-_DIGEST_PREFIX = b"minitransformer-sha256:"
-_TRAILER = len(_DIGEST_PREFIX) + 64          # the zip comment: prefix + 64 hex digits
-_EOCD = 22                                   # a zip's end-of-central-directory record, without comment
-_CHUNK = 1 << 20
-
-
-def _sha256_of(f, size: int, tail: bytes = b"") -> str:
-    """sha256 of the first ``size`` bytes of the open file ``f``, then of ``tail``."""
-    h = hashlib.sha256()
-    f.seek(0)
-    left = size
-    while left > 0:
-        block = f.read(min(_CHUNK, left))
-        if not block:
-            break
-        h.update(block)
-        left -= len(block)
-    h.update(tail)
+def _digest(metadata: dict, tensors: dict) -> str:
+    """sha256 of the metadata (but its sha256) and of every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in metadata.items() if k != "sha256"}, sort_keys=True).encode())
+    for name in sorted(tensors):
+        a = tensors[name]
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.reshape(-1).view(numpy.uint8))
     return h.hexdigest()
 
 
-def _append_digest(f) -> None:
-    """Put the sha256 of the archive into its zip comment (the last bytes of the file).
-
-    A zip ends with a 22-byte record whose last two bytes are the comment's length. NumPy writes no
-    comment, so the digest is taken over the file as written (length 0), then the length is set and
-    the comment appended. ``np.load`` reads the archive as before: zip readers skip the comment.
-    """
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(size - _EOCD)
-    if f.read(4) != b"PK\x05\x06":
-        raise RuntimeError("save_checkpoint: unexpected archive layout (no zip end record where expected)")
-    digest = _sha256_of(f, size)
-    f.seek(size - 2)
-    f.write(_TRAILER.to_bytes(2, "little") + _DIGEST_PREFIX + digest.encode("ascii"))
-
-
-def _check_digest(f, size: int, path: str) -> bool:
-    """True if the open file (``size`` bytes) ends with a digest that matches its content; False if it has
-    none. Raises ValueError if it has one that does not match."""
-    if size < _EOCD + _TRAILER:
-        return False
-    f.seek(size - _TRAILER - 2)
-    tail = f.read(_TRAILER + 2)
-    if int.from_bytes(tail[:2], "little") != _TRAILER or not tail[2:].startswith(_DIGEST_PREFIX):
-        return False
-    stored = tail[2 + len(_DIGEST_PREFIX):].decode("ascii", errors="replace")
-    actual = _sha256_of(f, size - _TRAILER - 2, b"\0\0")
-    if stored != actual:
-        raise ValueError(f"checkpoint {path}: checksum mismatch, the file was altered or damaged after it was "
-                         f"written (stored sha256 {stored[:16]}..., content {actual[:16]}...)")
-    return True
-
-
-def atomic_write_arrays(path, arrays: dict) -> None:
-    """Write ``arrays`` to ``path`` as .npz, atomically (``files.atomic_write``), with the sha256 trailer."""
-    def write(f):
-        _write_npz(f, arrays)
-        _append_digest(f)
-
-    atomic_write(path, write, "checkpoint")
-
-
-def atomic_copy(source, path) -> None:
-    """Copy the file ``source`` to ``path``, atomically (``files.atomic_write``): a new file, never a link."""
-    def write(f):
-        with open_regular(source, "checkpoint") as src:
-            shutil.copyfileobj(src, f, _CHUNK)
-
-    atomic_write(path, write, "checkpoint")
-
-
 def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0, batch: int = 0,
-                    rng=None, config=None, tokenizers=None, extra=None) -> dict:
-    """The dict of named arrays one checkpoint file holds (see the module docstring)."""
-    for name, value in (("step", step), ("epoch", epoch), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or not 0 <= value <= MAX_COUNT:
-            raise ValueError(f"save_checkpoint: {name} must be an int in [0, {MAX_COUNT:,}], got {value!r}")
-    arrays: dict = OrderedDict()
-    for name, value in weights.items():
-        arrays[f"param/{name}"] = _host_array(value)
-    meta = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "step": int(step), "epoch": int(epoch), "batch": int(batch),
-        "param_names": list(weights.keys()),
-        "optimizer": None if optimizer is None else _flatten(optimizer, "optim", arrays),
-        "scheduler": None if scheduler is None else _flatten(scheduler, "sched", arrays),
-        "rng": rng,
-        "config": config,
-        "tokenizers": dict(tokenizers or {}),
-        "extra": dict(extra or {}),
-    }
-    try:
-        text = json.dumps(meta, allow_nan=True)
-    except TypeError as err:
-        raise TypeError(f"save_checkpoint: config, tokenizers, rng and extra must be JSON-able: {err}") from None
-    arrays["meta"] = numpy.frombuffer(text.encode("utf-8"), dtype=numpy.uint8).copy()  # (bytes,)
-    arrays["format_version"] = numpy.array(FORMAT_VERSION, dtype=numpy.int64)
-    return arrays
-
-
-def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0,
-                    batch: int = 0, rng=None, config=None, tokenizers=None, extra=None) -> str:
-    """Write one checkpoint file atomically. Returns the path.
-
-    weights     {name: array}, usually ``model.state_dict()``
-    optimizer   ``optimizer.state_dict()``: nested dicts/lists of arrays and scalars
-    scheduler   ``scheduler.state_dict()``
-    step, epoch, batch   where training is: steps taken, and the data position (epoch, batches consumed)
-    rng         ``backend.get_rng_state()``
-    config      the model config as a JSON-able dict
-    tokenizers  {"src": json string, "tgt": json string} (or any JSON-able dict)
-    extra       any JSON-able dict (task name, loss history, ...)
-    """
+                    rng=None, config=None, tokenizers=None, extra=None, run=None) -> bytes:
+    """The bytes of one checkpoint file (see the module docstring), checked as the reader will check them."""
     if not hasattr(weights, "items"):
         raise TypeError(f"save_checkpoint: weights must be a dict of arrays (model.state_dict()), "
                         f"got {type(weights).__name__}")
-    arrays = pack_checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch,
-                             batch=batch, rng=rng, config=config, tokenizers=tokenizers, extra=extra)
-    atomic_write_arrays(path, arrays)
+    for name, value in (("step", step), ("epoch", epoch), ("batch", batch)):
+        checks.count(value, name, "save_checkpoint")
+    tensors: dict = OrderedDict((f"param/{n}", v.get() if hasattr(v, "__cuda_array_interface__") else
+                                 numpy.asarray(v)) for n, v in weights.items())
+    if run is not None and not (isinstance(run, str) and 0 < len(run) <= 64):
+        raise ValueError(f"save_checkpoint: run must be a short non-empty str (the run's id), got {run!r:.60}")
+    meta = {"format": FORMAT_NAME, "format_version": checks.FORMAT_VERSION, "step": int(step),
+            "epoch": int(epoch), "batch": int(batch), "param_names": list(weights.keys()),
+            "optimizer": None if optimizer is None else _flatten(optimizer, "optim", tensors),
+            "scheduler": None if scheduler is None else _flatten(scheduler, "sched", tensors),
+            "rng": rng, "config": config, "tokenizers": dict(tokenizers or {}), "extra": dict(extra or {})}
+    try:
+        text = json.dumps(meta)
+    except (TypeError, ValueError) as err:                 # a set, an object; an int of more than 4,300 digits
+        raise TypeError(f"save_checkpoint: config, tokenizers, rng and extra must be JSON-able: {err}") from None
+    for name, a in tensors.items():
+        if a.dtype.newbyteorder("=") not in CODES:
+            raise TypeError(f"save_checkpoint: {name} is a {a.dtype} array; a checkpoint holds bool, int and float")
+        tensors[name] = numpy.require(a, a.dtype.newbyteorder("<"), ["C"])    # 0-d stays 0-d
+    specs = {name: (CODES[a.dtype.newbyteorder("=")], list(a.shape)) for name, a in tensors.items()}
+    checks.check_sizes("save_checkpoint", len(text.encode("utf-8")), specs)
+    meta = files.parse_json(text, "save_checkpoint: metadata")            # as the reader will parse it
+    checks.check_finite("save_checkpoint", checks.check_meta("save_checkpoint", meta, specs), tensors)
+    metadata = {"minitransformer": text, "run": run or ""}
+    metadata["sha256"] = _digest(metadata, tensors)
+    return safetensors.numpy.save(tensors, metadata=metadata)
+
+
+def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0,
+                    batch: int = 0, rng=None, config=None, tokenizers=None, extra=None, run=None) -> str:
+    """Write one checkpoint file atomically -> its path. weights: {name: array} (``model.state_dict()``);
+    optimizer, scheduler: their ``state_dict()``; step, epoch, batch: steps taken and the data position; rng:
+    ``backend.get_rng_state()``; config: the model config dict; tokenizers: {"src": JSON, "tgt": JSON}; extra:
+    any JSON-able dict (task, histories); run: the run's id."""
+    data = pack_checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch,
+                           batch=batch, rng=rng, config=config, tokenizers=tokenizers, extra=extra, run=run)
+    files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
     return os.fspath(path)
 
 
-# ============================================================================ reading untrusted files
-
-# Every way reading a damaged zip can fail (found by truncating and flipping bytes of real files).
-_READ_ERRORS = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, KeyError, IndexError,
-                UnicodeDecodeError, NotImplementedError, RuntimeError, TypeError, ValueError)
-
-
-class _Archive:
-    """A checkpoint file opened for reading, with its sha256, its zip directory and every array header
-    checked, and no array data read yet: ``read(name)`` then allocates only what a header announced and
-    the file holds.
-
-    Checked here: a regular file (``files.open_regular``); a zip; the entries are .npy arrays, none twice,
-    stored or deflated, inside the file, decompressing to at most ``MAX_INFLATION`` times the file's size;
-    each header's dtype is a plain bool, integer or float (no objects, so no pickle; no complex, no
-    records), its shape has at most ``MAX_NDIM`` axes, and its byte count is exactly what the entry holds.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        self.file = open_regular(path, "checkpoint")
-        try:
-            self._open()
-        except BaseException:
-            self.file.close()
-            raise
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()
-
-    def _error(self, what: str) -> ValueError:
-        return ValueError(f"checkpoint {self.path}: {what}")
-
-    def _open(self) -> None:
-        path, f = self.path, self.file
-        size = os.fstat(f.fileno()).st_size
-        magic = f.read(6)
-        if magic.startswith(b"\x93NUMPY"):
-            raise self._error("not a checkpoint archive (.npz): it is a single .npy array")
-        if not magic.startswith(b"PK\x03\x04"):
-            raise self._error(f"not a .npz archive (it starts with {magic!r}): a pickle, another format, or a file "
-                       f"truncated to {size} bytes. Refused without unpickling anything")
-        try:
-            self.has_digest = _check_digest(f, size, path)   # raises on a mismatch: truncated, flipped or edited
-            self.zip = zipfile.ZipFile(f)
-            infos = self.zip.infolist()
-        except _READ_ERRORS as err:
-            raise self._error(f"damaged or truncated, cannot be read ({type(err).__name__}: {err})") from None
-        if len(infos) > MAX_ENTRIES:
-            raise self._error(f"holds {len(infos)} entries, more than a checkpoint has (at most {MAX_ENTRIES})")
-        packed = unpacked = 0
-        self.headers = {}
-        for info in infos:
-            name = info.filename[:-4] if info.filename.endswith(".npy") else None
-            if name is None or name in self.headers:
-                raise self._error(f"entry {info.filename!r} is {'not a .npy array' if name is None else 'there twice'}")
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or \
-                    (info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
-                raise self._error(f"entry {info.filename!r} is damaged or compressed in a way numpy never writes")
-            packed += info.compress_size
-            unpacked += info.file_size
-            self.headers[name] = (info, *self._header(info))
-        if packed > size:
-            raise self._error("damaged: its entries claim more bytes than the file has")
-        if unpacked > MAX_INFLATION * size + (1 << 20):
-            raise self._error(f"its entries decompress to {unpacked:,} bytes from a file of {size:,} bytes (more than "
-                       f"{MAX_INFLATION} times its size): refused before decompressing")
-
-    def _header(self, info) -> tuple:
-        """(dtype, shape, fortran_order) of an entry, checked against the bytes it holds."""
-        where = f"entry {info.filename!r}"
-        readers = {(1, 0): numpy.lib.format.read_array_header_1_0, (2, 0): numpy.lib.format.read_array_header_2_0}
-        try:
-            with self.zip.open(info) as fp:
-                version = numpy.lib.format.read_magic(fp)
-                header = readers[version](fp) if version in readers else None
-                offset = fp.tell()
-        except (*_READ_ERRORS, SyntaxError, RecursionError) as err:
-            raise self._error(f"damaged, {where} has no valid array header ({type(err).__name__}: {err})") from None
-        if header is None:
-            raise self._error(f"{where} has .npy format version {version}, which a checkpoint never has")
-        shape, fortran_order, dtype = header
-        if dtype.hasobject:
-            raise self._error(f"refused, {where} holds pickled Python objects, which could run code when loaded; a "
-                       f"minitransformer checkpoint never needs pickle")
-        if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
-            raise self._error(f"{where} holds {dtype} values; a checkpoint holds only bool, integer and float arrays")
-        if len(shape) > MAX_NDIM or any(d < 0 for d in shape):
-            raise self._error(f"{where} has the shape {shape}, which no checkpoint array has")
-        nbytes = math.prod(shape) * dtype.itemsize
-        if offset + nbytes != info.file_size:
-            raise self._error(f"{where} claims {nbytes:,} bytes of data (shape {shape}, {dtype}) but holds "
-                       f"{info.file_size - offset:,}: refused before allocating")
-        return dtype, shape, fortran_order
-
-    def size_of(self, name: str) -> int:
-        """The number of elements of an entry, from its header."""
-        return math.prod(self.headers[name][2])
-
-    def read(self, name: str) -> numpy.ndarray:
-        """The entry's array: exactly the bytes its checked header announced, read into a buffer of that size."""
-        info, dtype, shape, fortran_order = self.headers[name]
-        buffer = bytearray(math.prod(shape) * dtype.itemsize)
-        try:
-            with self.zip.open(info) as fp:
-                fp.read(info.file_size - len(buffer))                   # the header, already read
-                view, filled = memoryview(buffer), 0
-                while filled < len(buffer):
-                    n = fp.readinto(view[filled:])
-                    if not n:
-                        raise EOFError(f"{len(buffer) - filled} bytes missing")
-                    filled += n
-        except MemoryError:
-            raise self._error(f"entry {info.filename!r} ({info.file_size:,} bytes) does not fit in memory") from None
-        except _READ_ERRORS as err:
-            raise self._error(f"damaged or truncated, entry {info.filename!r} cannot be read "
-                              f"({type(err).__name__}: {err})") from None
-        return numpy.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
-
-
-def _path_of_checkpoint(path) -> str:
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"checkpoint {path} is a folder, not a .npz file "
-                                f"(did you mean {os.path.join(path, LATEST)}?)")
-    if not os.path.lexists(path):
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    return path
-
-
-def _require(meta: dict, key: str, path: str):
-    if key not in meta:
-        raise ValueError(f"checkpoint {path} is missing {key!r}")
-    return meta[key]
-
-
-def _count(value, where: str, path: str) -> int:
-    """A step, epoch or position: an int in [0, MAX_COUNT]."""
-    if isinstance(value, bool) or not isinstance(value, (int, numpy.integer)) or not 0 <= value <= MAX_COUNT:
-        raise ValueError(f"checkpoint {path}: {where} must be an integer in [0, {MAX_COUNT:,}], got {value!r:.60}")
-    return int(value)
-
-
-def _array_refs(skeleton, prefix: str, where: str, path: str) -> list:
-    """The array names an optimiser or schedule skeleton refers to (each ``prefix/<n>``), checking its form.
-    Iterative: the depth was bounded when the JSON was parsed, but no recursion is needed to find them."""
-    refs, stack = [], [skeleton]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            if "__array__" in node:
-                key = node["__array__"]
-                if not isinstance(key, str) or not re.fullmatch(rf"{prefix}/\d+", key):
-                    raise ValueError(f"checkpoint {path}: {where} names the array {key!r:.60}, which is not one of "
-                                     f"its own ({prefix}/<n>)")
-                refs.append(key)
-            elif "__dict__" in node:
-                items = node["__dict__"]
-                if not isinstance(items, list) or not all(
-                        isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int))
-                        and not isinstance(kv[0], bool) for kv in items):
-                    raise ValueError(f"checkpoint {path}: {where} holds a malformed dict (__dict__ must list "
-                                     f"[key, value] pairs with str or int keys)")
-                stack.extend(kv[1] for kv in items)
-            elif "__tuple__" in node:
-                if not isinstance(node["__tuple__"], list):
-                    raise ValueError(f"checkpoint {path}: {where} holds a malformed tuple (__tuple__ must be a list)")
-                stack.extend(node["__tuple__"])
-            else:
-                stack.extend(node.values())
-    return refs
-
-
-def _unflatten(obj, arrays: dict):
-    """The inverse of ``_flatten``: the skeleton with its arrays put back (its form was checked by
-    ``_array_refs``, its depth when the JSON was parsed)."""
-    if isinstance(obj, list):
-        return [_unflatten(v, arrays) for v in obj]
-    if isinstance(obj, dict):
-        if "__array__" in obj:
-            array = arrays[obj["__array__"]]
-            return array[()] if obj.get("scalar") is True and array.shape == () else array
-        if "__tuple__" in obj:
-            return tuple(_unflatten(v, arrays) for v in obj["__tuple__"])
-        if "__dict__" in obj:
-            return {k: _unflatten(v, arrays) for k, v in obj["__dict__"]}
-        return {k: _unflatten(v, arrays) for k, v in obj.items()}
-    return obj
-
-
-def check_config(config, where: str):
-    """The ``TransformerConfig`` of a config dict read from a file, or ValueError naming ``where`` and the field:
-    not a valid config, or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS`` (sizes no model of this project
-    has, and whose tables alone would exhaust memory)."""
-    from minitransformer.config import TransformerConfig
-
-    if not isinstance(config, dict):
-        raise ValueError(f"{where}: config must be an object, got {type(config).__name__}")  # noqa: TRY004
-    for name, cap in CONFIG_CAPS.items():
-        value = config.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > cap:
-            raise ValueError(f"{where}: config {name} = {value} is beyond the sizes this project supports "
-                             f"(at most {cap:,})")
-    try:
-        cfg = TransformerConfig.from_dict(config)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: config is not a valid model config ({err})") from None
-    if cfg.max_len * cfg.d_model > MAX_POSITIONS:
-        raise ValueError(f"{where}: config max_len * d_model = {cfg.max_len * cfg.d_model:,} is beyond the "
-                         f"sizes this project supports (at most {MAX_POSITIONS:,} positional-table entries)")
-    return cfg
-
-
-def parameter_count(cfg) -> int:
-    """How many numbers the weights of ``Transformer(cfg)`` hold, computed without building it (a test pins
-    it to ``num_parameters()``), so that a config is refused before its model is allocated."""
-    d, f, inner = cfg.d_model, cfg.d_ff, cfg.num_heads * (cfg.d_k or cfg.d_model // cfg.num_heads)
-
-    def linear(n_in, n_out):
-        return n_in * n_out + n_out
-
-    attention = 3 * linear(d, inner) + linear(inner, d)
-    ffn, norm = linear(d, f) + linear(f, d), 2 * d
-    total = cfg.num_encoder_layers * (attention + ffn + 2 * norm)
-    total += cfg.num_decoder_layers * (2 * attention + ffn + 3 * norm)
-    total += 2 * norm if cfg.norm_first else 0                              # each stack's final LayerNorm
-    total += cfg.src_vocab_size * d + (0 if cfg.share_embeddings else cfg.tgt_vocab_size * d)
-    total += 2 * cfg.max_len * d if cfg.positional == "learned" else 0
-    total += 0 if cfg.tie_output else linear(d, cfg.tgt_vocab_size)
-    return total
-
-
-def _read(path):
-    """(arrays, meta) of a checkpoint file, everything checked (see ``load_checkpoint``)."""
-    path = _path_of_checkpoint(path)
-    with _Archive(path) as archive:
-        if not archive.has_digest:            # refused before any array is read
-            raise ValueError(f"checkpoint {path}: no minitransformer checksum at the end of the file: it is "
-                             f"truncated, or it was not written by minitransformer's save_checkpoint")
-        for required in ("format_version", "meta"):
-            if required not in archive.headers:
-                raise ValueError(f"checkpoint {path}: not a minitransformer checkpoint (no {required!r} entry; "
-                                 f"it holds {sorted(archive.headers)[:6]})")
-        version = archive.read("format_version")
-        if version.shape != () or version.dtype.kind not in "iu":
-            raise ValueError(f"checkpoint {path}: format_version must be an integer, got {version!r}")
-        if int(version) != FORMAT_VERSION:
-            raise ValueError(f"checkpoint {path}: format version {int(version)} is not supported "
-                             f"(this minitransformer reads version {FORMAT_VERSION})")
-        _, dtype, shape, _ = archive.headers["meta"]
-        if dtype != numpy.uint8 or len(shape) != 1 or shape[0] > MAX_META_BYTES:
-            raise ValueError(f"checkpoint {path}: meta must be UTF-8 bytes (at most {MAX_META_BYTES:,}), "
-                             f"got {dtype} of shape {shape}")
-        meta = _parse_meta(path, archive.read("meta"))
-        names = _check_meta(path, meta)
-        unknown = sorted(set(archive.headers) - set(names) - {"meta", "format_version"})
-        if unknown:
-            raise ValueError(f"checkpoint {path}: holds entries no checkpoint has ({unknown[:3]}"
-                             f"{' ...' if len(unknown) > 3 else ''}): refused unread")
-        absent = [n for n in names if n not in archive.headers]
-        if absent:
-            raise ValueError(f"checkpoint {path}: the metadata lists arrays the file lacks ({absent[:3]})")
-        params = [n for n in names if n.startswith("param/")]
-        for name in params:
-            if archive.headers[name][1].kind != "f":
-                raise ValueError(f"checkpoint {path}: weight {name[6:]!r} holds {archive.headers[name][1]} "
-                                 f"values; weights are floats")
-        if meta["config"] is not None:
-            cfg = check_config(meta["config"], f"checkpoint {path}")
-            needed, stored = parameter_count(cfg), sum(archive.size_of(n) for n in params)
-            if needed > stored:
-                raise ValueError(f"checkpoint {path}: its config describes {needed:,} weights but the file holds "
-                                 f"{stored:,}: refused before building the model")
-        arrays = {}
-        for name in names:
-            arrays[name] = array = archive.read(name)
-            if array.dtype.kind == "f" and not numpy.isfinite(array).all():
-                what = f"weight {name[6:]!r}" if name.startswith("param/") else f"optimiser array {name!r}"
-                raise ValueError(f"checkpoint {path}: {what} holds NaN or infinite values (the run had diverged, "
-                                 f"or the file was crafted)")
-    return arrays, meta
-
-
-def _parse_meta(path: str, raw: numpy.ndarray) -> dict:
-    try:
-        text = bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"checkpoint {path}: metadata is not UTF-8 ({err})") from None
-    meta = parse_json(text, f"checkpoint {path}: metadata")
-    if not isinstance(meta, dict):
-        raise ValueError(f"checkpoint {path}: metadata is not a JSON object")  # noqa: TRY004
-    if meta.get("format") != FORMAT_NAME:
-        raise ValueError(f"checkpoint {path}: not a minitransformer checkpoint (format {meta.get('format')!r:.60})")
-    return meta
-
-
-def _check_meta(path: str, meta: dict) -> list:
-    """Check every field ``load_checkpoint`` uses; fill the optional ones. -> the array names the file must hold."""
-    for key in ("step", "epoch", "batch"):
-        meta[key] = _count(_require(meta, key, path), key, path)
-    names = _require(meta, "param_names", path)
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
-        raise ValueError(f"checkpoint {path}: param_names must be a list of distinct str")
-    arrays = [f"param/{n}" for n in names]
-    for key, prefix in (("optimizer", "optim"), ("scheduler", "sched")):
-        meta[key] = meta.get(key)
-        if meta[key] is not None:
-            arrays += _array_refs(meta[key], prefix, key, path)
-    for key in ("rng", "config", "tokenizers", "extra"):
-        value = meta.get(key)
-        if value is not None and not isinstance(value, dict):
-            raise ValueError(f"checkpoint {path}: {key} must be an object, got {type(value).__name__}")
-        meta[key] = {} if value is None and key in ("tokenizers", "extra") else value
-    return list(dict.fromkeys(arrays))
-
-
-def verify_checkpoint(path) -> dict:
-    """Read a checkpoint's arrays after checking its sha256, format, version and contents (see
-    ``load_checkpoint``). Returns {name: array}."""
-    return _read(path)[0]
+def _write_file(f, data: bytes) -> None:
+    """The bytes into the open temporary file (a function of its own so that tests can fail it half-way)."""
+    f.write(data)
 
 
 def load_checkpoint(path) -> Checkpoint:
-    """Read and check one checkpoint file. Returns a ``Checkpoint``.
+    """Read and check one checkpoint file (see the module docstring) -> a ``Checkpoint``.
 
-    The file may come from anyone (the sha256 proves integrity, not origin), so it is refused with a
-    ValueError naming the path and the problem - nothing allocated beyond what the file holds, nothing
-    else read - when it is not a regular file, is truncated, altered or pickled, has another version,
-    holds an entry no checkpoint has, an array whose header claims more than its bytes, a dtype other
-    than bool/int/float, NaN or infinite values, metadata nested deeper than ``MAX_JSON_DEPTH``, a step
-    or position outside [0, ``MAX_COUNT``], or a config beyond ``CONFIG_CAPS`` or describing more weights
-    than the file holds. FileNotFoundError if there is no such file, IsADirectoryError for a folder.
+    The file may come from anyone: a ValueError naming the path and the field refuses it, before anything past
+    its header is read, when it is not a regular file, is truncated, another format or version, has a header
+    beyond ``MAX_HEADER_BYTES``, JSON nested deeper than ``MAX_JSON_DEPTH``, a tensor no checkpoint has or of
+    another dtype than bool/int/float, a step or position outside [0, ``MAX_COUNT``], or a config beyond
+    ``CONFIG_CAPS`` or describing more weights than the file holds; after reading, when the digest does not
+    match or a float tensor holds NaN or inf. FileNotFoundError if there is no such file, IsADirectoryError
+    for a folder.
     """
-    arrays, meta = _read(path)
     path = os.fspath(path)
-    weights = OrderedDict((n, arrays[f"param/{n}"]) for n in meta["param_names"])
-    optimizer = None if meta["optimizer"] is None else _unflatten(meta["optimizer"], arrays)
-    scheduler = None if meta["scheduler"] is None else _unflatten(meta["scheduler"], arrays)
-    return Checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=meta["step"],
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"checkpoint {path} is a folder, not a file (did you mean "
+                                f"{os.path.join(path, LATEST)}?)")
+    with files.open_regular(path, "checkpoint") as f:
+        size = os.fstat(f.fileno()).st_size
+        metadata, specs = checks.read_header(path, f, size)
+        meta = files.parse_json(metadata["minitransformer"], f"checkpoint {path}: metadata")
+        floats = checks.check_meta(f"checkpoint {path}", meta, specs)
+        f.seek(0)
+        data = f.read(size + 1)
+    try:
+        tensors = safetensors.numpy.load(data)
+    except (safetensors.SafetensorError, ValueError, KeyError) as err:
+        raise ValueError(f"checkpoint {path}: damaged, not a readable safetensors file ({err})") from None
+    del data
+    if set(tensors) != set(specs) or any(str(tensors[n].dtype) != checks.DTYPES[c] or list(tensors[n].shape) != s
+                                         for n, (c, s) in specs.items()):
+        raise ValueError(f"checkpoint {path}: damaged, its tensors are not what its header describes")
+    if _digest(metadata, tensors) != metadata["sha256"]:
+        raise ValueError(f"checkpoint {path}: checksum mismatch, the file was altered or damaged after it was "
+                         f"written (stored sha256 {metadata['sha256']:.16}...)")
+    checks.check_finite(f"checkpoint {path}", floats, tensors)
+
+    def tensor(name, scalar):
+        return tensors[name][()] if scalar and tensors[name].shape == () else tensors[name]
+
+    return Checkpoint(weights=OrderedDict((n, tensors[f"param/{n}"]) for n in meta["param_names"]),
+                      optimizer=checks.unflatten(meta["optimizer"], "optim", "", tensor),
+                      scheduler=checks.unflatten(meta["scheduler"], "sched", "", tensor), step=meta["step"],
                       epoch=meta["epoch"], batch=meta["batch"], rng=meta["rng"], config=meta["config"],
-                      tokenizers=meta["tokenizers"], extra=meta["extra"], path=path)
-
-
-def check_state(path, what: str, state, template) -> None:
-    """Refuse (ValueError naming the file and the entry) a state read from a checkpoint that does not fit
-    ``template``, the ``state_dict()`` of the object it is about to be loaded into, so that a refused load
-    changes nothing: the same keys; where the template has an array, an array of its shape and kind (float
-    or integer; ``load_checkpoint`` refused non-finite ones); an int (not a bool) in [0, MAX_COUNT] where it
-    has an int; a finite number >= 0 where it has a float; the same rule inside nested dicts and lists."""
-    where = f"checkpoint {path}: {what}"
-    if isinstance(template, dict):
-        if not isinstance(state, dict):
-            raise ValueError(f"{where} must be an object, got {type(state).__name__}")  # noqa: TRY004
-        missing = [k for k in template if k not in state]
-        if missing:
-            raise ValueError(f"checkpoint {path} is missing {what}[{missing[0]!r}]"
-                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        unexpected = [k for k in state if k not in template]
-        if unexpected:
-            raise ValueError(f"{where} has entries this run does not have ({unexpected[:3]})")
-        for k, ref in template.items():
-            check_state(path, f"{what}[{k!r}]", state[k], ref)
-    elif isinstance(template, (list, tuple)):
-        if not isinstance(state, (list, tuple)) or len(state) != len(template):
-            raise ValueError(f"{where} must be a list of {len(template)}, got {type(state).__name__}")
-        for i, (v, ref) in enumerate(zip(state, template)):
-            check_state(path, f"{what}[{i}]", v, ref)
-    elif isinstance(template, numpy.ndarray) or hasattr(template, "__cuda_array_interface__"):
-        if not isinstance(state, numpy.ndarray) or state.shape != tuple(template.shape):
-            got = state.shape if isinstance(state, numpy.ndarray) else type(state).__name__
-            raise ValueError(f"{where} must be an array of shape {tuple(template.shape)}, got {got}")
-        if (state.dtype.kind == "f") != (template.dtype.kind == "f"):
-            raise ValueError(f"{where} holds {state.dtype} values, this run {template.dtype}")
-    elif isinstance(template, bool):
-        if not isinstance(state, (bool, numpy.bool_)):
-            raise ValueError(f"{where} must be true or false, got {state!r:.60}")  # noqa: TRY004
-    elif isinstance(template, (int, numpy.integer)):
-        _count(state, what, path)
-    elif isinstance(template, (float, numpy.floating)):
-        real = (int, float, numpy.integer, numpy.floating)
-        if isinstance(state, (bool, numpy.bool_)) or not isinstance(state, real) or abs(state) > 2 ** 1000 or \
-                not (math.isfinite(state) and state >= 0):
-            raise ValueError(f"{where} must be a finite number >= 0, got {state!r:.60}")
-    elif template is None and state is not None:
-        raise ValueError(f"{where} must be null, got {type(state).__name__}")
+                      tokenizers=meta["tokenizers"], extra=meta["extra"], path=path, run=metadata["run"] or None)
 
 
 def load_weights(path) -> OrderedDict:
@@ -677,14 +213,24 @@ def load_weights(path) -> OrderedDict:
     return load_checkpoint(path).weights
 
 
-# ============================================================================ keeping the last K, averaging
+def run_of(path) -> str | None:
+    """The id of the run that wrote a checkpoint, from its header alone (None: no id, or no readable header)."""
+    try:
+        with files.open_regular(path, "checkpoint") as f:
+            return checks.read_header(os.fspath(path), f, os.fstat(f.fileno()).st_size)[0]["run"] or None
+    except (OSError, ValueError):
+        return None
+
+
+# ============================================================================ a run's folder: the last K, averaging
 
 def resolve_checkpoint(path) -> str:
-    """A checkpoint file from a file or a run folder (-> folder/checkpoint.npz). Names the path if absent."""
+    """A checkpoint file from a file or a run folder (-> folder/checkpoint.safetensors). Names the path if absent."""
     path = os.fspath(path)
     if os.path.isdir(path):
         candidate = os.path.join(path, LATEST)
         if not os.path.exists(candidate):
+            _refuse_old_format(path)
             raise FileNotFoundError(f"no checkpoint in {path}: {candidate} does not exist")
         return candidate
     if not os.path.exists(path):
@@ -693,27 +239,23 @@ def resolve_checkpoint(path) -> str:
 
 
 def step_of_file(path) -> int | None:
-    """The step in a ``checkpoint-<step>.npz`` file name; None for any other name (``checkpoint.npz``, ...)."""
+    """The step in a ``checkpoint-<step>.safetensors`` file name; None for any other name."""
     m = _STEP_FILE.match(os.path.basename(os.fspath(path)))
     return int(m.group(1)) if m else None
 
 
 def list_checkpoints(directory) -> list:
-    """The ``checkpoint-<step>.npz`` files of a folder, oldest step first."""
+    """The ``checkpoint-<step>.safetensors`` files of a folder, oldest step first (whoever wrote them)."""
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"checkpoint folder {directory} does not exist")
-    found = []
-    for name in os.listdir(directory):
-        step = step_of_file(name)
-        if step is not None:
-            found.append((step, os.path.join(directory, name)))
-    return [p for _, p in sorted(found)]
+    return [os.path.join(directory, name) for _, name in
+            sorted((step_of_file(name), name) for name in os.listdir(directory) if step_of_file(name) is not None)]
 
 
 def checkpoint_files(directory) -> list:
-    """Every checkpoint file a ``CheckpointManager`` writes that a folder holds: its checkpoint-<step>.npz files
-    (oldest step first), then checkpoint.npz. Empty if the folder does not exist."""
+    """Every checkpoint file a ``CheckpointManager`` writes that a folder holds: its step files (oldest first),
+    then checkpoint.safetensors. Empty if the folder does not exist."""
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         return []
@@ -722,35 +264,43 @@ def checkpoint_files(directory) -> list:
 
 
 def latest_checkpoint(directory) -> str | None:
-    """The file to continue the run of a folder from: checkpoint.npz, or, if that is missing (deleted by
-    hand), the newest checkpoint-<step>.npz; None if the folder holds neither."""
-    files = checkpoint_files(directory)
-    if not files:
-        return None
-    return files[-1]          # checkpoint.npz comes last when it exists, else the newest step file
+    """The file to continue a folder's run from: checkpoint.safetensors, or, if that is missing (deleted by hand),
+    the newest step file; None if the folder holds neither (ValueError if it holds .npz checkpoints instead)."""
+    found = checkpoint_files(directory)
+    if not found and os.path.isdir(directory):
+        _refuse_old_format(directory)
+    return found[-1] if found else None
 
 
-def _process_alive(pid: int) -> bool:
-    if os.name == "nt":  # pragma: no cover - no cheap check: keep the file
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _refuse_old_format(directory) -> None:
+    """A run folder of an earlier version holds checkpoint.npz files: name the command that converts them."""
+    if any(re.fullmatch(r"checkpoint(-\d+)?\.npz", name) for name in os.listdir(directory)):
+        raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
+                         f"once with `minitransformer convert {directory}` (the old files are kept)")
+
+
+def _of_run(files: list, run, folder: str, doing: str) -> list:
+    """The files written by ``run``; each other one is named on stderr (one line) and left out."""
+    ours = []
+    for path in files:
+        other = run_of(path)
+        if other == run:
+            ours.append(path)
+        else:
+            print(f"checkpoint folder {folder}: {os.path.basename(path)} was not written by this run (run "
+                  f"{other}, not {run}): left out of {doing}", file=sys.stderr)
+    return ours
 
 
 class CheckpointManager:
-    """Saves ``checkpoint-<step>.npz`` in a folder, keeps the last ``keep`` of them, and makes
-    ``checkpoint.npz`` a copy of the newest.
+    """Saves ``checkpoint-<step>.safetensors`` in a folder and the same bytes as ``checkpoint.safetensors``, both
+    atomically (so the latest is always a whole checkpoint), and keeps the last ``keep`` step files of its run.
 
-    Both files are replaced atomically, so at every moment ``checkpoint.npz`` is a whole checkpoint:
-    the previous one until the new one is complete. The copy is a file of its own (not a hard link, which
-    would cost nothing but let a write into checkpoint.npz change the step file as well). The folder is
-    meant for one run: pruning keeps the ``keep`` highest steps, whoever wrote them (``Trainer`` refuses to
-    start a new run in a folder that holds another's checkpoints).
+    It holds the folder's lock from construction until ``close()`` or the end of the process (``files.lock_folder``:
+    a second run on the folder is refused), and deletes temporary files of dead writers. Each file records the run's
+    id: the id of the folder's latest checkpoint (a resumed run: ``Trainer`` refuses to save into a folder of
+    another run it did not resume), else a new one. Step files of other ids are never pruned (nor averaged by
+    ``last_checkpoints``): each is named on stderr and left as it is.
     """
 
     def __init__(self, directory, keep: int = 5):
@@ -758,81 +308,74 @@ class CheckpointManager:
             raise ValueError(f"CheckpointManager: keep must be a positive int, got {keep!r}")
         self.directory = os.fspath(directory)
         self.keep = keep
+        self.run = None
         os.makedirs(self.directory, exist_ok=True)
-        self._remove_stale_temps()
-
-    def _remove_stale_temps(self) -> None:
-        """Delete temporary files left by a writer that died mid-save (its process no longer exists)."""
-        for name in os.listdir(self.directory):
-            if not (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)):
-                continue
-            pid = name[len(TEMP_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
-                try:
-                    os.unlink(os.path.join(self.directory, name))
-                except OSError:
-                    pass
+        self.close = weakref.finalize(self, files.lock_folder(self.directory, "checkpoint folder"))
+        files.remove_stale_temps(self.directory)
 
     @property
     def latest(self) -> str:
         return os.path.join(self.directory, LATEST)
 
     def save(self, step: int, **state) -> str:
-        """Write checkpoint-<step>.npz, then checkpoint.npz as a copy of it (``state`` as for
-        ``save_checkpoint``), then delete the oldest step files beyond ``keep``."""
-        arrays = pack_checkpoint(step=step, **state)
-        step_path = os.path.join(self.directory, f"checkpoint-{int(step)}.npz")
-        atomic_write_arrays(step_path, arrays)
-        atomic_copy(step_path, self.latest)   # the same bytes, already checksummed: copied, not packed again
-        self._prune()
-        return self.latest
-
-    def _prune(self) -> None:
-        for old in list_checkpoints(self.directory)[:-self.keep]:
+        """Write checkpoint-<step>.safetensors and checkpoint.safetensors (``state`` as for ``save_checkpoint``),
+        then delete this run's oldest step files beyond ``keep``. -> the latest's path."""
+        if self.run is None:
+            previous = latest_checkpoint(self.directory)
+            self.run = (run_of(previous) if previous else None) or secrets.token_hex(8)
+        data = pack_checkpoint(step=step, run=self.run, **state)
+        for path in (os.path.join(self.directory, f"checkpoint-{int(step)}{SUFFIX}"), self.latest):
+            files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
+        for old in _of_run(list_checkpoints(self.directory), self.run, self.directory, "pruning")[:-self.keep]:
             try:
                 os.unlink(old)
             except OSError:
                 pass
+        return self.latest
 
     def checkpoints(self) -> list:
         return list_checkpoints(self.directory)
 
 
 def average_checkpoints(paths) -> OrderedDict:
-    """The element-wise mean of the weights of several checkpoints (paper §6.1). -> {name: array}
+    """The element-wise mean of the weights of several checkpoints of one run (paper §6.1). -> {name: array}
 
-    Every file is verified; all must hold the same parameter names and shapes. The mean is taken in
-    float64 and returned in each parameter's saved dtype.
+    Every file is verified; all must come from one run, with the same parameter names and shapes. The mean is
+    taken in float64 and returned in each parameter's saved dtype.
     """
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints: paths must name at least one checkpoint, got none")
-    total = None
-    reference = None
+    total, reference, run = None, None, None
     for path in paths:
-        weights = load_checkpoint(path).weights
+        loaded = load_checkpoint(path)
         if total is None:
-            reference = {k: (v.shape, v.dtype) for k, v in weights.items()}
-            total = OrderedDict((k, v.astype(numpy.float64)) for k, v in weights.items())
+            reference = {k: (v.shape, v.dtype) for k, v in loaded.weights.items()}
+            total, run = OrderedDict((k, v.astype(numpy.float64)) for k, v in loaded.weights.items()), loaded.run
             continue
-        if list(weights) != list(reference):
+        if loaded.run != run:
+            raise ValueError(f"average_checkpoints: {path} was written by another run than {paths[0]} "
+                             f"(run {loaded.run}, not {run}): the weights of different runs cannot be averaged")
+        if list(loaded.weights) != list(reference):
             raise ValueError(f"average_checkpoints: {path} holds other parameters than {paths[0]} "
                              f"(different models cannot be averaged)")
-        for k, v in weights.items():
+        for k, v in loaded.weights.items():
             if v.shape != reference[k][0]:
                 raise ValueError(f"average_checkpoints: parameter {k!r} has shape {v.shape} in {path} "
                                  f"but {reference[k][0]} in {paths[0]}")
             total[k] += v
-    n = float(len(paths))
-    return OrderedDict((k, (v / n).astype(reference[k][1])) for k, v in total.items())
+    return OrderedDict((k, (v / len(paths)).astype(reference[k][1])) for k, v in total.items())
 
 
 def last_checkpoints(directory, n: int, up_to_step: int | None = None) -> list:
-    """The newest ``n`` checkpoint-<step>.npz files of a folder (fewer if fewer exist), oldest first;
-    with ``up_to_step``, the newest ``n`` whose step is at most that (the ``n`` ending at that step)."""
+    """The newest ``n`` step files of a folder's run (fewer if fewer exist), oldest first; with ``up_to_step``,
+    the newest ``n`` whose step is at most that. The run is that of checkpoint-<up_to_step>, else of the
+    folder's latest checkpoint; step files of other runs are named on stderr and left out."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"last_checkpoints: n must be a positive int, got {n!r}")
-    files = list_checkpoints(directory)
-    if up_to_step is not None:
-        files = [p for p in files if step_of_file(p) <= up_to_step]
-    return files[-n:]
+    found = [p for p in list_checkpoints(directory) if up_to_step is None or step_of_file(p) <= up_to_step]
+    named = os.path.join(os.fspath(directory), f"checkpoint-{up_to_step}{SUFFIX}")
+    reference = named if up_to_step is not None and os.path.isfile(named) else latest_checkpoint(directory)
+    if reference is None:
+        return []
+    return _of_run(found, run_of(reference), os.fspath(directory), "averaging")[-n:]

@@ -16,18 +16,29 @@ its target.)
 
 JSON (``parse_json``). Nesting deeper than ``MAX_JSON_DEPTH`` is refused: Python's parser and every
 recursive walk over the result would otherwise end in a RecursionError thousands of lines long.
+
+One run per folder (``lock_folder``). Two runs writing one folder would mix their checkpoints and prune each
+other's. A run holds an exclusive lock on its folder (``flock`` on the folder itself, so no lock file is left
+behind); the operating system releases it when the process ends, however it ends, so a killed run's folder is
+free at once. Temporary files left by a killed writer are deleted only when their name is exactly the pattern
+``atomic_write`` makes and the process it names no longer exists.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import stat
+import sys
+import threading
 
-TEMP_PREFIX = ".checkpoint-"      # every temporary file of an atomic write: .checkpoint-<pid>-<random>.tmp
+from minitransformer.limits import MAX_JSON_DEPTH
+
+TEMP_PREFIX = ".minitransformer-"  # every temporary file of an atomic write: .minitransformer-<pid>-<12 hex>.tmp
 TEMP_SUFFIX = ".tmp"
-MAX_JSON_DEPTH = 64               # the deepest JSON a file of this project holds is about 6 levels
+_TEMP_NAME = re.compile(r"^\.(?:minitransformer|checkpoint)-(\d{1,10})-[0-9a-f]{12}\.tmp$")   # and earlier versions'
 
 
 # ============================================================================ reading
@@ -111,11 +122,78 @@ def remove_quietly(path: str) -> None:
         pass
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):       # another user's process; a pid no system has: keep the file
+        return True
+    return True
+
+
+def remove_stale_temps(directory) -> None:
+    """Delete the temporary files of writers that died mid-write: regular files named exactly as
+    ``create_temp`` names them, whose process no longer exists. Anything else is left alone."""
+    if os.name == "nt":  # pragma: no cover - no cheap check whether a process lives: keep the files
+        return
+    for name in os.listdir(directory):
+        match = _TEMP_NAME.match(name)
+        if match and int(match.group(1)) != os.getpid() and not _process_alive(int(match.group(1))):
+            path = os.path.join(directory, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                remove_quietly(path)
+
+
+_LOCKS: dict = {}                 # (device, inode) of a folder -> [open descriptor, holders in this process]
+_LOCKS_GUARD = threading.Lock()
+
+
+def lock_folder(directory, what: str = "run folder"):
+    """Take the exclusive lock of ``directory`` for this process (see the module docstring) -> a function that
+    releases it. ValueError naming the folder if another process holds it. Within one process the lock is
+    shared: a second ``Trainer`` on the folder in the same program (resuming a run it just stopped) is the same
+    owner. Where the system has no ``flock`` (Windows), nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return lambda: None
+    directory = os.fspath(directory)
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    key = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+    with _LOCKS_GUARD:
+        if key in _LOCKS:
+            os.close(fd)
+            _LOCKS[key][1] += 1
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise ValueError(f"{what} {directory} is in use by another run (another process holds its lock): "
+                                 f"wait for that run to end, or choose another folder") from None
+            except OSError as err:                 # a file system without locks (some network ones): go on
+                print(f"{what} {directory} cannot be locked ({err.strerror or err}): nothing keeps a second run "
+                      f"out of it", file=sys.stderr)
+            _LOCKS[key] = [fd, 1]
+    released = []
+
+    def release() -> None:
+        with _LOCKS_GUARD:
+            if released or key not in _LOCKS:
+                return
+            released.append(True)
+            _LOCKS[key][1] -= 1
+            if _LOCKS[key][1] == 0:
+                os.close(_LOCKS.pop(key)[0])          # closing the descriptor releases the flock
+    return release
+
+
 def atomic_write(path, write, what: str = "file") -> None:
     """Make ``path`` the bytes ``write(f)`` puts into an open binary file, so that ``path`` is always either
     the old file or the whole new one (see the module docstring). If anything fails (or the process dies)
     before the rename, ``path`` is untouched and the temp file is removed (or, after a SIGKILL, left
-    behind as ``.checkpoint-*.tmp``, which nothing ever reads)."""
+    behind as ``.minitransformer-<pid>-*.tmp``, which nothing reads and ``remove_stale_temps`` deletes)."""
     path = os.fspath(path)
     check_writable(path, what)
     directory = os.path.dirname(os.path.abspath(path))
@@ -155,10 +233,11 @@ def json_depth(obj) -> int:
     return deepest
 
 
-def parse_json(text, where: str, max_depth: int = MAX_JSON_DEPTH):
-    """json.loads, refusing (ValueError naming ``where``) bad JSON and nesting deeper than ``max_depth``."""
+def parse_json(text, where: str, max_depth: int = MAX_JSON_DEPTH, **options):
+    """json.loads (with ``options``), refusing (ValueError naming ``where``) bad JSON and nesting deeper than
+    ``max_depth``."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, **options)
     except RecursionError:
         raise ValueError(f"{where}: JSON nested too deeply (more than {max_depth} levels)") from None
     except (ValueError, TypeError) as err:            # JSONDecodeError and UnicodeDecodeError are ValueErrors

@@ -1,0 +1,259 @@
+"""What a checkpoint file may hold: every check its reader makes, which its writer makes too.
+
+A checkpoint may come from anyone (the digest proves integrity, not origin), so the reader takes it as untrusted
+input: ``read_header`` reads the 8-byte header length itself and refuses one above ``limits.MAX_HEADER_BYTES``
+unread, then each tensor's dtype (bool, int, float), shape and size against the file; ``check_meta`` every
+metadata field, the optimiser/schedule skeletons and the config's sizes against the weights the file holds, all
+before any tensor is read; ``check_finite`` the values once read. ``check_state`` then checks what is about to be
+loaded into a run against that run's own state, in the dtype the run computes in. Every refusal is a ValueError
+of one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy
+
+from minitransformer import limits
+from minitransformer.kit.running import files
+from minitransformer.limits import CONFIG_CAPS, MAX_COUNT
+
+FORMAT_NAME = "minitransformer-checkpoint"
+FORMAT_VERSION = 2                         # 1 was the .npz format (``npz.convert_npz`` reads it)
+DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
+          "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
+_FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
+_SECOND_MOMENT = re.compile(r"^v\.\d+$")   # Adam's running mean of squared gradients: never negative
+
+
+def check_sizes(where: str, meta_bytes: int, specs: dict) -> None:
+    if meta_bytes > limits.MAX_META_BYTES:
+        raise ValueError(f"{where}: its metadata is {meta_bytes:,} bytes, more than a checkpoint may hold "
+                         f"(limits.MAX_META_BYTES = {limits.MAX_META_BYTES:,}): keep extra (histories) smaller")
+    if len(specs) > limits.MAX_ENTRIES:
+        raise ValueError(f"{where}: holds {len(specs):,} tensors, more than a checkpoint has "
+                         f"(limits.MAX_ENTRIES = {limits.MAX_ENTRIES:,})")
+
+
+def read_header(path: str, f, size: int) -> tuple:
+    """(metadata, {name: (dtype code, shape)}) of the open file, every size checked; no tensor read."""
+    head = f.read(8)
+    if head.startswith(b"PK\x03\x04"):
+        raise ValueError(f"checkpoint {path} is in the .npz format of earlier versions: convert it once with "
+                         f"`minitransformer convert {path}` (the old file is kept)")
+    n, where = int.from_bytes(head, "little"), f"checkpoint {path}"
+    if len(head) < 8 or n > limits.MAX_HEADER_BYTES or 8 + n > size:
+        raise ValueError(f"{where}: not a safetensors file, or truncated (its first 8 bytes announce a header of "
+                         f"{n:,} bytes, the file has {size:,}; at most {limits.MAX_HEADER_BYTES:,}): refused unread")
+    header = files.parse_json(f.read(n), f"{where}: header", object_pairs_hook=no_duplicates)
+    metadata = header.pop("__metadata__", None) if isinstance(header, dict) else None
+    if not isinstance(metadata, dict) or sorted(metadata) != ["minitransformer", "run", "sha256"] or \
+            not all(isinstance(v, str) for v in metadata.values()) or len(metadata["run"]) > 64:
+        raise ValueError(f"{where}: not a minitransformer checkpoint (no minitransformer metadata in its header)")
+    check_sizes(where, len(metadata["minitransformer"].encode("utf-8")), header)
+    specs, stored = {}, 0
+    for name, entry in header.items():
+        code, shape, offsets = (entry.get(k) for k in ("dtype", "shape", "data_offsets")) if \
+            isinstance(entry, dict) and len(entry) == 3 else (None, None, None)
+        if code not in DTYPES:
+            raise ValueError(f"{where}: tensor {name!r:.60} holds {code!r:.20} values; a checkpoint holds only bool, "
+                             f"integer and float arrays")
+        axes = isinstance(shape, list) and len(shape) <= limits.MAX_NDIM and all(is_count(d, 2 ** 62) for d in shape)
+        if not axes or math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS:               # (0, 2**62): no
+            raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no checkpoint tensor has")
+        nbytes = math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(is_count(o, size) for o in offsets) or \
+                offsets[1] - offsets[0] != nbytes:
+            raise ValueError(f"{where}: tensor {name!r:.60} claims {nbytes:,} bytes (shape {shape}, {code}) but its "
+                             f"offsets {offsets!r:.60} say otherwise: refused before allocating")
+        specs[name], stored = (code, shape), stored + nbytes
+    if stored != size - 8 - n:
+        raise ValueError(f"{where}: truncated or damaged: its tensors take {stored:,} bytes, the file holds "
+                         f"{size - 8 - n:,} after the header")
+    return metadata, specs
+
+
+def no_duplicates(pairs):
+    if len({k for k, _ in pairs}) != len(pairs):
+        raise ValueError("a key appears twice")
+    return dict(pairs)
+
+
+def is_count(value, top) -> bool:
+    return isinstance(value, (int, numpy.integer)) and not isinstance(value, bool) and 0 <= value <= top
+
+
+def count(value, what: str, where: str) -> int:
+    """A step, epoch or position: an int in [0, MAX_COUNT]."""
+    if not is_count(value, MAX_COUNT):
+        raise ValueError(f"{where}: {what} must be an integer in [0, {MAX_COUNT:,}], got {value!r:.60}")
+    return int(value)
+
+
+def unflatten(node, prefix: str, where: str, lookup):
+    """The inverse of ``_flatten``, checking the form as it goes; ``lookup(name, scalar)`` gives each tensor.
+    Every tagged form has exactly its own keys, so the check and the rebuild cannot take different branches.
+    The recursion is bounded: ``parse_json`` refused nesting deeper than MAX_JSON_DEPTH."""
+    if isinstance(node, list):
+        return [unflatten(v, prefix, where, lookup) for v in node]
+    keys = set(node) if isinstance(node, dict) else None
+    if keys is None or not any(k.startswith("__") for k in keys):
+        return node if keys is None else {k: unflatten(v, prefix, where, lookup) for k, v in node.items()}
+    if "__array__" in keys and keys <= {"__array__", "scalar"} and isinstance(node.get("scalar", False), bool):
+        name = node["__array__"]
+        if not isinstance(name, str) or not re.fullmatch(rf"{prefix}/\d{{1,9}}", name):
+            raise ValueError(f"{where} names the tensor {name!r:.60}, which is not one of its own ({prefix}/<n>)")
+        return lookup(name, node.get("scalar", False))
+    if keys == {"__tuple__"} and isinstance(node["__tuple__"], list):
+        return tuple(unflatten(v, prefix, where, lookup) for v in node["__tuple__"])
+    if keys == {"__dict__"} and isinstance(node["__dict__"], list) and all(
+            isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int)) and not isinstance(kv[0], bool)
+            for kv in node["__dict__"]):
+        return {k: unflatten(v, prefix, where, lookup) for k, v in node["__dict__"]}
+    raise ValueError(f"{where} holds a malformed entry (keys {sorted(keys)[:4]!r:.80})")
+
+
+def check_meta(where: str, meta, specs: dict) -> list:
+    """Check every metadata field ``load_checkpoint`` uses against the tensors ``specs`` describes, filling the
+    optional ones -> the names of the float tensors. Nothing is read: a refused file costs its header only."""
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ValueError(f"{where}: not a minitransformer checkpoint (format "
+                         f"{meta.get('format') if isinstance(meta, dict) else meta!r:.60})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{where}: format version {meta.get('format_version')!r:.20} is not supported "
+                         f"(this minitransformer reads version {FORMAT_VERSION})")
+    missing = [key for key in ("step", "epoch", "batch", "param_names") if key not in meta]
+    if missing:
+        raise ValueError(f"{where} is missing {missing[0]!r}")
+    for key in ("step", "epoch", "batch"):
+        meta[key] = count(meta[key], key, where)
+    names = meta["param_names"]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"{where}: param_names must be a list of distinct str")
+    used = [f"param/{n}" for n in names]
+    for key, prefix in (("optimizer", "optim"), ("scheduler", "sched")):
+        meta[key] = meta.get(key)
+        unflatten(meta[key], prefix, f"{where}: {key}", lambda name, scalar: used.append(name))
+    for key in ("rng", "config", "tokenizers", "extra"):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"{where}: {key} must be an object, got {type(value).__name__}")
+        meta[key] = {} if value is None and key in ("tokenizers", "extra") else value
+    unknown, absent = sorted(set(specs) - set(used)), sorted(set(used) - set(specs))
+    if unknown or absent:
+        raise ValueError(f"{where}: holds tensors no checkpoint has ({unknown[:3]}): refused unread" if unknown else
+                         f"{where}: the metadata lists tensors the file lacks ({absent[:3]})")
+    weights = used[:len(names)]
+    for name in weights:
+        if not specs[name][0].startswith("F"):
+            raise ValueError(f"{where}: weight {name[6:]!r} holds {DTYPES[specs[name][0]]} values; weights are floats")
+    if meta["config"] is not None:
+        needed, stored = parameter_count(check_config(meta["config"], where)), sum(math.prod(specs[n][1])
+                                                                                   for n in weights)
+        if needed > stored:
+            raise ValueError(f"{where}: its config describes {needed:,} weights but the file holds {stored:,}: "
+                             f"refused before building the model")
+    return [n for n in dict.fromkeys(used) if specs[n][0].startswith("F")]
+
+
+def check_finite(where: str, names: list, tensors: dict) -> None:
+    for name in names:
+        a = tensors[name]
+        if a.size and not (math.isfinite(a.min()) and math.isfinite(a.max())):    # min and max carry any NaN
+            what = f"weight {name[6:]!r}" if name.startswith("param/") else f"optimiser tensor {name!r}"
+            raise ValueError(f"{where}: {what} holds NaN or infinite values (the run had diverged, or the file "
+                             f"was crafted)")
+
+
+def check_config(config, where: str):
+    """The ``TransformerConfig`` of a config dict read from a file, or ValueError naming ``where`` and the field:
+    not a valid config, or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS`` (tables that alone would exhaust
+    memory)."""
+    from minitransformer.config import TransformerConfig
+
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: config must be an object, got {type(config).__name__}")  # noqa: TRY004
+    for name, cap in CONFIG_CAPS.items():
+        value = config.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > cap:
+            raise ValueError(f"{where}: config {name} = {value!r:.40} is beyond the sizes this project supports "
+                             f"(at most {cap:,})")
+    try:
+        cfg = TransformerConfig.from_dict(config)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise ValueError(f"{where}: config is not a valid model config ({err})") from None
+    if cfg.max_len * cfg.d_model > limits.MAX_POSITIONS:
+        raise ValueError(f"{where}: config max_len * d_model = {cfg.max_len * cfg.d_model:,} is beyond the sizes "
+                         f"this project supports (at most {limits.MAX_POSITIONS:,} positional-table entries)")
+    return cfg
+
+
+def parameter_count(cfg) -> int:
+    """How many numbers the weights of ``Transformer(cfg)`` hold, computed without building it (a test pins it
+    to ``num_parameters()``), so that a config is refused before its model is allocated."""
+    d, f, inner = cfg.d_model, cfg.d_ff, cfg.num_heads * (cfg.d_k or cfg.d_model // cfg.num_heads)
+
+    def linear(n_in, n_out):
+        return n_in * n_out + n_out
+
+    attention = 3 * linear(d, inner) + linear(inner, d)
+    ffn, norm = linear(d, f) + linear(f, d), 2 * d
+    total = cfg.num_encoder_layers * (attention + ffn + 2 * norm)
+    total += cfg.num_decoder_layers * (2 * attention + ffn + 3 * norm)
+    total += 2 * norm if cfg.norm_first else 0                              # each stack's final LayerNorm
+    total += cfg.src_vocab_size * d + (0 if cfg.share_embeddings else cfg.tgt_vocab_size * d)
+    total += 2 * cfg.max_len * d if cfg.positional == "learned" else 0
+    total += 0 if cfg.tie_output else linear(d, cfg.tgt_vocab_size)
+    return total
+
+
+def check_state(path, what: str, state, template) -> None:
+    """Refuse (ValueError naming the file and the entry) a state read from a checkpoint that does not fit
+    ``template``, the ``state_dict()`` it is about to be loaded into, so that a refused load changes nothing: the
+    same keys; where the template has an array, one of its shape and kind, finite in the template's dtype (Adam's
+    second moments ``v.<i>`` also >= 0); where an int, an int in [0, MAX_COUNT]; where a float, a number >= 0
+    finite in float32 (the narrowest dtype a run uses); the same inside nested dicts and lists."""
+    where = f"checkpoint {path}: {what}"
+    if isinstance(template, dict):
+        if not isinstance(state, dict):
+            raise ValueError(f"{where} must be an object, got {type(state).__name__}")  # noqa: TRY004
+        missing, unexpected = [k for k in template if k not in state], [k for k in state if k not in template]
+        if missing:
+            raise ValueError(f"checkpoint {path} is missing {what}[{missing[0]!r}]"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        if unexpected:
+            raise ValueError(f"{where} has entries this run does not have ({unexpected[:3]!r:.80})")
+        for k, ref in template.items():
+            check_state(path, f"{what}[{k!r}]", state[k], ref)
+            if isinstance(k, str) and _SECOND_MOMENT.match(k) and state[k].size and state[k].min() < 0:
+                raise ValueError(f"{where}[{k!r}] holds negative values; Adam's second moments are squares")
+    elif isinstance(template, (list, tuple)):
+        if not isinstance(state, (list, tuple)) or len(state) != len(template):
+            raise ValueError(f"{where} must be a list of {len(template)}, got {type(state).__name__}")
+        for i, (v, ref) in enumerate(zip(state, template)):
+            check_state(path, f"{what}[{i}]", v, ref)
+    elif isinstance(template, numpy.ndarray) or hasattr(template, "__cuda_array_interface__"):
+        if not isinstance(state, numpy.ndarray) or state.shape != tuple(template.shape):
+            got = state.shape if isinstance(state, numpy.ndarray) else type(state).__name__
+            raise ValueError(f"{where} must be an array of shape {tuple(template.shape)}, got {got}")
+        if (state.dtype.kind == "f") != (template.dtype.kind == "f"):
+            raise ValueError(f"{where} holds {state.dtype} values, this run {template.dtype}")
+        largest = max(-float(state.min()), float(state.max())) if state.dtype.kind == "f" and state.size else 0.0
+        if largest > float(numpy.finfo(template.dtype).max if template.dtype.kind == "f" else math.inf):
+            raise ValueError(f"{where} holds values beyond the range of {template.dtype}, the dtype it runs in "
+                             f"(largest magnitude {largest:.3g})")
+    elif isinstance(template, bool):
+        if not isinstance(state, (bool, numpy.bool_)):
+            raise ValueError(f"{where} must be true or false, got {state!r:.60}")  # noqa: TRY004
+    elif isinstance(template, (int, numpy.integer)):
+        count(state, what, f"checkpoint {path}")
+    elif isinstance(template, (float, numpy.floating)):
+        if isinstance(state, (bool, numpy.bool_)) or not isinstance(state, (int, float, numpy.integer,
+                                                                            numpy.floating)) or \
+                not 0 <= float(min(abs(state), 2 ** 1000)) <= _FLOAT32_MAX:
+            raise ValueError(f"{where} must be a finite number >= 0 (at most {_FLOAT32_MAX:.4g}: finite in float32), "
+                             f"got {state!r:.60}")
+    elif template is None and state is not None:
+        raise ValueError(f"{where} must be null, got {type(state).__name__}")
