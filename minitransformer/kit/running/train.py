@@ -22,24 +22,32 @@ import numpy
 
 from minitransformer import backend
 from minitransformer.checks import one_of, positive_int, positive_number
-from minitransformer.config import TransformerConfig
+from minitransformer.kit.data.batching import ResumableBatches
 from minitransformer.kit.running import checkpoint
+from minitransformer.kit.running.resume import check_resumable, full_config  # noqa: F401 (full_config: cli's)
 from minitransformer.optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
 
-# The histories go into every checkpoint's metadata, which the reader caps (limits.MAX_META_BYTES). So a run keeps
-# every step's row while it has at most HISTORY_ROWS steps, then only the rows on a stride (2, 4, 8, ... steps:
-# at most HISTORY_ROWS of them in the run), the curve still spanning the whole run evenly, and always the newest
-# RECENT_ROWS (the summary's final loss, the last evaluation). It reads only the rows and the step, so a resumed
-# run keeps the very rows of the run that was never stopped.
+# The histories go into every checkpoint's metadata, which the reader caps (limits.MAX_META_BYTES). So a history
+# keeps every row while it has at most HISTORY_ROWS, then only the rows on a stride (every 2nd, 4th, 8th, ... row's
+# step: at most HISTORY_ROWS of them in the run), so the curve still spans the whole run evenly, and always the
+# newest RECENT_ROWS (the summary's final loss, the last evaluation). The rule reads only the rows and the step, so
+# a resumed run keeps the very rows of the run that was never stopped.
 HISTORY_ROWS, RECENT_ROWS = 20_000, 50
 
 
-def _append_bounded(rows: list, row: tuple, step: int) -> None:
+def _stride(step, every: int) -> int:
+    """The spacing in steps of the rows kept at ``step``, for rows written every ``every`` steps."""
+    return every << max(0, math.ceil(math.log2(max(step // every, 1) / HISTORY_ROWS)))
+
+
+def _append_bounded(rows: list, row: tuple, every: int = 1) -> None:
+    """Append ``row`` (its step first) to a history written every ``every`` steps, thinning it (see above)."""
+    stride = _stride(row[0], every)
+    grew = bool(rows) and _stride(rows[-1][0], every) < stride
     rows.append(row)
-    stride = 1 << max(0, math.ceil(math.log2(max(step, 1) / HISTORY_ROWS)))
-    if len(rows) > HISTORY_ROWS + RECENT_ROWS:                   # the stride grew: thin the older rows to it
+    if grew:                                                     # thin the older rows to the new stride
         rows[:-RECENT_ROWS] = [r for r in rows[:-RECENT_ROWS] if r[0] % stride == 0]
     elif len(rows) > RECENT_ROWS and rows[-RECENT_ROWS - 1][0] % stride:
         del rows[-RECENT_ROWS - 1]                               # no longer among the newest, and off the stride
@@ -49,24 +57,21 @@ class NonFiniteError(FloatingPointError):
     """Training met a loss or gradient that is NaN or infinite (the optimiser step was not taken)."""
 
 
-class ListBatches:
+class ListBatches(ResumableBatches):
     """A fixed list of batches as a resumable source: every epoch serves the same list, in order."""
 
     def __init__(self, batches):
-        self.batches, self.epoch, self.position = list(batches), 0, 0
+        self.batches = list(batches)
         if not self.batches:
             raise ValueError("Trainer: train_data must hold at least one batch, got none")
 
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __iter__(self):
-        while self.position < len(self.batches):
-            self.position += 1
-            yield self.batches[self.position - 1]
-        self.epoch, self.position = self.epoch + 1, 0
+    def batch_at(self, epoch: int, k: int):
+        return self.batches[k]
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict:                        # no seed: every epoch is the same
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:      # Trainer.resume checked it against state_dict() and len
@@ -90,35 +95,28 @@ def unpack_batch(batch, pad_id: int = 0):
 class Trainer:
     """Train a model on batches, with evaluation, early stopping, checkpoints and exact resume.
 
-    model        a Module whose forward(src, tgt_in) gives logits and backward(dlogits) fills the grads
-    loss_fn      a CrossEntropyLoss (forward(logits, target) -> float, backward() -> dlogits)
-    optimizer    an optimiser with step(), zero_grad(), lr, state_dict(), load_state_dict()
-    train_data   a resumable batch source (``BucketBatcher``, ``tasks.TaskBatches``) or a list of batches;
-                 a batch has src (B,S), tgt_in (B,T), tgt_out (B,T) int arrays
-    scheduler    e.g. ``NoamSchedule``: step() before every optimiser step (None: constant lr)
-    valid_data   a list of batches for the validation loss (None: no validation loss)
-    clip_norm    clip the gradients' joint L2 norm to this (None: no clipping)
-    max_steps, max_epochs, max_seconds   when to stop (the first reached; at least one). max_seconds counts the
-                 wall-clock time of this ``fit`` call: it decides only where the run stops, never what it computes
-    eval_every   evaluate every so many steps (validation loss and metric); None: only at the end
-    metric_fn    metric_fn(model) -> float, e.g. exact match or BLEU, computed in eval mode
-    metric_name, metric_format   how progress lines and ``stop_description`` write the metric
-                 (e.g. "valid BLEU" and ``"{:.2f}".format``; default "metric", 4 decimals)
-    target       stop as soon as metric_fn reaches this value (needs metric_fn and eval_every)
+    model, loss_fn, optimizer   a Module (forward(src, tgt_in) -> logits, backward(dlogits) fills the grads), a
+                 CrossEntropyLoss and an optimiser (step, zero_grad, lr, state_dict, load_state_dict)
+    train_data   a resumable batch source (``BucketBatcher``, ``tasks.TaskBatches``) or a list of batches, each
+                 with src (B,S), tgt_in (B,T), tgt_out (B,T) int arrays; valid_data: batches for the valid loss
+    scheduler    e.g. ``NoamSchedule``, stepped before every update; clip_norm: clip the gradients' joint L2 norm
+    max_steps, max_epochs, max_seconds   when to stop: the first reached (at least one). max_seconds counts this
+                 ``fit`` call's wall-clock time; it decides only where the run stops, never what it computes
+    eval_every, metric_fn, target   evaluate every so many steps and at the end: the valid loss and
+                 metric_fn(model) (e.g. BLEU, in eval mode); stop once the metric reaches target.
+                 metric_name, metric_format: how lines write it (e.g. "valid BLEU", ``"{:.2f}".format``)
     checkpoint_dir, save_every, keep   save every save_every steps and at the end, keeping the newest ``keep``
-                 step files and a copy of the newest (None: no checkpoints). A folder holding another run's
-                 checkpoints is refused when training starts: ``resume`` from it first, or choose another
-    on_nonfinite "stop": raise NonFiniteError at a NaN/inf loss or gradient; "skip": drop that step, and
-                 raise after max_skips dropped steps in a row
-    progress     show a tqdm progress bar with loss, tokens/s and lr
-    parallel     a ``fast.DataParallel(model, loss_fn, workers)``: each step's forward and backward run with
-                 the batch split across its workers (the same loss and gradients); None: on the whole batch
+                 step files and a copy of the newest. A folder that holds another run's checkpoints is refused
+                 when training starts: ``resume`` from it first, or choose another
+    on_nonfinite "stop": raise NonFiniteError at a NaN/inf loss or gradient; "skip": drop that step (raise
+                 after max_skips in a row)
+    progress     a tqdm bar with loss, tokens/s and lr. parallel: a ``fast.DataParallel(model, loss_fn, workers)``
+                 that runs each step's forward and backward with the batch split across its threads
     config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
 
-    After ``fit``: ``stop_reason`` ("target", "max_steps", "max_epochs", "max_seconds") and
-    ``stop_description()`` say why it stopped; ``history`` holds a (step, loss, lr, tokens_per_second) row per
-    optimiser step (thinned on long runs: HISTORY_ROWS), ``valid_history`` (step, valid_loss, metric) rows, NaN
-    where not computed. Tokens per second count the real source and target tokens of a step.
+    After ``fit``: ``stop_reason`` and ``stop_description()`` say why it stopped; ``history`` holds (step, loss, lr,
+    tokens per second) rows, one per step (thinned on long runs, see HISTORY_ROWS), ``valid_history`` (step,
+    valid_loss, metric) rows, NaN where not computed. Tokens count the real (non-pad) source and target tokens.
     """
 
     def __init__(self, model, loss_fn, optimizer, train_data, *, scheduler=None, valid_data=None,
@@ -247,7 +245,7 @@ class Trainer:
             self.train_cpu_seconds + time.process_time() - clock[1]
         self.step, self.tokens_seen, self._skips_in_a_row = self.step + 1, self.tokens_seen + tokens, 0
         lr, tps = float(self.optimizer.lr), tokens / seconds if seconds > 0 else math.inf
-        _append_bounded(self.history, (self.step, float(loss), lr, tps), self.step)
+        _append_bounded(self.history, (self.step, float(loss), lr, tps))
         old = self._smooth or (loss, tps)                # running means for the bar: one step's figures are noisy
         self._smooth = (0.95 * old[0] + 0.05 * loss, 0.9 * old[1] + 0.1 * tps)
         bar.update(1)
@@ -304,7 +302,7 @@ class Trainer:
                 self.model.train()
             if isinstance(metric, bool) or not isinstance(metric, numbers.Real):
                 raise TypeError(f"Trainer: metric_fn must return a number, got {type(metric).__name__} ({metric!r})")
-        _append_bounded(self.valid_history, (self.step, valid_loss, float(metric)), self.step)
+        _append_bounded(self.valid_history, (self.step, valid_loss, float(metric)), self.eval_every or 1)
         return valid_loss, float(metric)
 
     def _evaluate_and_report(self, write) -> None:
@@ -383,7 +381,7 @@ class Trainer:
             if path is None:
                 raise FileNotFoundError(f"Trainer.resume: no checkpoint in {folder}")
         ck = checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(path))
-        state = _resumable_state(self, ck)
+        state = check_resumable(self, ck)     # all checked first: a refused file changes nothing
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
                 backend.set_rng_state(ck.rng)
@@ -402,61 +400,3 @@ class Trainer:
                 os.path.realpath(self.checkpoints.directory):
             self._checkpoint_dir_is_ours = True
         self.model.train()
-
-
-def _resumable_state(trainer: Trainer, ck) -> dict:
-    """Refuse (ValueError naming the file and the field) a checkpoint ``trainer`` cannot continue exactly, before
-    anything changes: another model config; weights, optimiser, schedule or data position that do not fit this
-    run's (``checkpoint.check_state`` against their ``state_dict()``); a training state that is missing or
-    malformed. Returns the training state (``state()["extra"]["trainer"]``)."""
-    path, state, check = ck.path, ck.extra.get("trainer"), checkpoint.check_state
-    saved, ours = full_config(ck.config), full_config(trainer.config)
-    if saved is not None and ours is not None and saved != ours:
-        changed = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
-        raise ValueError(f"Trainer.resume: checkpoint {path} was trained with another model config "
-                         f"(differs in {changed}); build the model from the checkpoint's config to resume")
-    for absent, what in ((state is None, "training state (was it written by Trainer?)"),
-                         (ck.optimizer is None, "optimiser state"),
-                         (trainer.scheduler is not None and ck.scheduler is None, "scheduler state, but has a scheduler")):
-        if absent:
-            raise ValueError(f"Trainer.resume: checkpoint {path} holds no {what}")
-    check(path, "weights", ck.weights, {name: p.data for name, p in trainer.model.named_parameters()})
-    check(path, "optimizer", ck.optimizer, {**trainer.optimizer.state_dict(), "lr": 0.0})      # lr: any rate >= 0
-    if trainer.scheduler is not None:
-        check(path, "scheduler", ck.scheduler, trainer.scheduler.state_dict())
-        for key, value in ck.scheduler.items():
-            if key != "step" and isinstance(value, (int, float)) and not value > 0:
-                raise ValueError(f"checkpoint {path}: scheduler[{key!r}] must be positive, got {value}")
-    if not isinstance(state, dict):
-        raise ValueError(f"checkpoint {path}: the training state must be an object, got {type(state).__name__}")  # noqa: TRY004
-    state = {"train_cpu_seconds": 0.0, **state}                     # a field that older checkpoints lack
-    for key in ("data", "history", "valid_history", "train_seconds", "tokens_seen", "skipped"):
-        if key not in state:
-            raise ValueError(f"checkpoint {path} is missing the training state's {key!r}")
-    check(path, "the training state's data position", state["data"], trainer.train_data.state_dict())
-    if hasattr(trainer.train_data, "__len__") and state["data"].get("position", 0) > len(trainer.train_data):
-        raise ValueError(f"checkpoint {path}: the data position {state['data']['position']} is beyond the "
-                         f"{len(trainer.train_data)} batches of an epoch of this run's data")
-    # tokens_seen as a number, not a count: a long run reads more tokens than limits.MAX_COUNT
-    counters = ("train_seconds", "train_cpu_seconds", "tokens_seen", "skipped")
-    check(path, "the training state", {k: state[k] for k in counters}, dict(zip(counters, (0.0, 0.0, 0.0, 0))))
-    for key, width in (("history", 4), ("valid_history", 3)):
-        rows = state[key]
-        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == width and all(map(_number, r))
-                                                 for r in rows):
-            raise ValueError(f"checkpoint {path}: the training state's {key} must be a list of [{width} numbers] rows")
-    return state
-
-
-def full_config(config):
-    """A model config dict with every field, defaults filled in: a checkpoint saved before a field existed
-    (d_k, positional) holds the model that field's default gives. Any other dict (or None) as it is."""
-    try:
-        return TransformerConfig.from_dict(config).to_dict()
-    except (TypeError, ValueError):
-        return config
-
-
-def _number(value) -> bool:
-    """A JSON number that converts to a float (NaN and infinity included: a history may hold them)."""
-    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 2 ** 53)
