@@ -1,13 +1,10 @@
 """Figures for the notebooks and the command line: attention maps, masks, positional encoding, learning-rate
 schedules, loss curves, gradient-check errors and the sqrt(d_k) histograms.
 
-Every function returns a matplotlib ``Figure`` built with the object-oriented API on an Agg canvas: nothing here
-touches pyplot's global state and no GUI is needed, so ``fig.savefig("attention.png")`` works on a server, and a
-figure left as a Jupyter cell's last value shows inline. Inputs are NumPy arrays, lists, or arrays of the active
-backend (copied to the host). Images use viridis; attention weights always use the fixed scale 0..1, so panels
-compare by colour. Token labels read as words ("orange@@ farbenen", not BPE's "</w>": ``readable_tokens``), and
-log axes carry plain numbers (0.5, 2, 6), never "6 x 10^0".
-Shape letters: Tq query positions, Tk key positions, H heads, L layers, T positions, D d_model.
+Each function returns a matplotlib ``Figure`` on an Agg canvas (no pyplot state, no GUI: ``fig.savefig`` works on a
+server; a notebook cell shows it inline). Inputs: NumPy arrays, lists, or arrays of the active backend. Attention
+weights use the fixed scale 0..1, so panels compare by colour; token labels read as words ("orange@@ farbenen", not
+BPE's "</w>"); log axes carry plain numbers (0.5, 2, 6). Shapes: Tq queries, Tk keys, H heads, T positions, D d_model.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ CMAP = "viridis"
 MAX_LABELS = 40            # a heatmap shows token labels up to this many positions, then position numbers
 MAX_GRID_LABELS = 24       # the same for the small panels of attention_grid
 KEY_NAME, QUERY_NAME = "key (attended to)", "query (attending)"
+_VIRIDIS = matplotlib.colormaps[CMAP]
 
 
 class _NotebookFigure(Figure):
@@ -53,10 +51,6 @@ def _host(x) -> numpy.ndarray:
     if isinstance(x, (list, tuple)):
         x = [backend.to_numpy(v) for v in x]
     return numpy.asarray(backend.to_numpy(x), dtype=numpy.float64)
-
-
-def _color(fraction: float):
-    return matplotlib.colormaps[CMAP](fraction)
 
 
 def _label_axis(ax, axis: str, labels, n: int, limit: int, name: str, fontsize: float = 9, upright=False) -> str:
@@ -85,18 +79,13 @@ def _log_y(ax) -> None:
     ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
-# ----------------------------------------------------------------------------- attention
-
 def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None, *, colorbar: bool = True,
                       annotate: bool | None = None, x_name: str = KEY_NAME, y_name: str = QUERY_NAME) -> Figure:
-    """One attention map: row q holds the weights query q gives to every key.
+    """One attention map, weights (Tq, Tk) such as ``mha.attn[b, h]``: row q holds what query q gives each key.
 
-    weights   (Tq, Tk) attention weights in [0, 1], e.g. ``mha.attn[b, h]``.
-    x_labels  Tk key tokens (columns), y_labels Tq query tokens (rows); position numbers beyond 40 tokens.
-    ax        draw into this Axes (of any figure) instead of a new figure.
-    annotate  write each weight in its cell; default: when both sides have at most 10 tokens.
-    x_name, y_name  the axis titles: say what a row is, e.g. "query: the token produced at this step".
-    Returns the Figure that holds the map.
+    x_labels: Tk key tokens, y_labels: Tq query tokens (position numbers beyond 40); ax: draw there instead of in
+    a new figure; annotate: each weight in its cell (default: up to 10 tokens a side); x_name, y_name: the axis
+    titles, saying what a row is (e.g. "query: the token produced at this step"). Returns the Figure.
     """
     w = _host(weights)                                                    # (Tq, Tk)
     if w.ndim != 2:
@@ -121,13 +110,11 @@ def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None
 
 def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: str = KEY_NAME,
                    y_name: str = QUERY_NAME) -> Figure:
-    """Attention maps of every head, and of every layer when given several: one panel each, one colour bar.
+    """Attention maps of every head (and layer), one panel each, one colour bar; numbered from 0 as the arrays.
 
-    attn      (H, Tq, Tk) for one layer: a panel per head, four to a row; or a list over layers of
-              (H, Tq, Tk): rows = layers, columns = heads. For a layer's ``.attn`` (B, H, Tq, Tk), pass one
-              sentence: ``attn[b]``. Layers and heads are numbered from 0, as the array indices.
-    x_labels  Tk key tokens, y_labels Tq query tokens: on the outer panels, position numbers beyond 24 tokens.
-    x_name, y_name  the axis titles (see ``attention_heatmap``).
+    attn: (H, Tq, Tk), a panel per head, four to a row; or a list over layers of (H, Tq, Tk), a row per layer.
+    For a layer's ``.attn`` (B, H, Tq, Tk), pass one sentence: ``attn[b]``. Labels as for ``attention_heatmap``,
+    on the outer panels (position numbers beyond 24 tokens).
     """
     single = not isinstance(attn, (list, tuple))
     maps = _host(attn)[None] if single else _host(attn)                  # (L, H, Tq, Tk)
@@ -158,8 +145,6 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: st
     return fig
 
 
-# ----------------------------------------------------------------------------- masks
-
 def _mask_image(mask, name: str, where: str) -> tuple[numpy.ndarray, str]:
     """A mask as a 2-D image, and what its rows are: (Tq, Tk) with any leading axes of size 1, or a padding
     mask (B, 1, 1, Tk) drawn with one row per sentence (it holds for every query)."""
@@ -172,8 +157,8 @@ def _mask_image(mask, name: str, where: str) -> tuple[numpy.ndarray, str]:
         image, rows = m, ""
     if image.ndim != 2 or not numpy.isin(image, (0, 1)).all():
         raise ValueError(f"{where}: {name} must be boolean (True = may attend) of shape (Tq, Tk), (1, 1, Tq, Tk) or "
-                         f"(B, 1, 1, Tk); for a mask per sentence pass one, {name}[b]; got {getattr(mask, 'dtype', type(mask).__name__)} "
-                         f"values of shape {m.shape}")
+                         f"(B, 1, 1, Tk); for a mask per sentence pass one, {name}[b]; got values "
+                         f"{numpy.unique(image)[:4]} of shape {m.shape}")
     return image.astype(bool), rows
 
 
@@ -181,7 +166,7 @@ def _draw_masks(fig, axes, masks: list, x_labels=None, y_labels=None) -> None:
     """Each (title, image, row name) into its Axes: bright = True = may attend, dark = masked; one colour bar."""
     for ax, (title, m, row_name) in zip(axes, masks):
         rows, cols = m.shape
-        im = ax.imshow(m, cmap=ListedColormap([_color(0.0), _color(0.95)]), vmin=0, vmax=1)
+        im = ax.imshow(m, cmap=ListedColormap([_VIRIDIS(0.0), _VIRIDIS(0.95)]), vmin=0, vmax=1)
         ax.set_xlabel(_label_axis(ax, "x", x_labels, cols, MAX_LABELS, "key position", 9 if cols <= 20 else 7))
         ax.set_ylabel(_label_axis(ax, "y", y_labels, rows, MAX_LABELS, row_name, 9 if rows <= 20 else 7))
         ax.set_title(title)
@@ -195,12 +180,8 @@ def _draw_masks(fig, axes, masks: list, x_labels=None, y_labels=None) -> None:
 
 
 def mask_image(mask, title=None, x_labels=None, y_labels=None) -> Figure:
-    """A boolean attention mask drawn as an image: bright = True = may attend, dark = masked.
-
-    mask  (Tq, Tk) or (1, 1, Tq, Tk) as from ``subsequent_mask``: rows are queries, columns keys;
-          (B, 1, 1, Tk) as from ``padding_mask``: one row per sentence (it holds for every query).
-    x_labels one label per column, y_labels one per row.
-    """
+    """A boolean attention mask as an image, bright = True = may attend: (Tq, Tk) or (1, 1, Tq, Tk) as from
+    ``subsequent_mask`` (rows are queries), or (B, 1, 1, Tk) as from ``padding_mask`` (a row per sentence)."""
     m, row_name = _mask_image(mask, "mask", "mask_image")                # (rows, cols)
     fig = _figure(min(10.0, 2.6 + 0.34 * m.shape[1]), min(9.0, 1.4 + 0.34 * m.shape[0]))
     _draw_masks(fig, [fig.add_subplot()], [(title if title is not None else "Attention mask", m, row_name)],
@@ -209,10 +190,7 @@ def mask_image(mask, title=None, x_labels=None, y_labels=None) -> Figure:
 
 
 def masks_figure(masks, title=None) -> Figure:
-    """Several masks side by side, e.g. {"padding": pad, "subsequent": sub, "combined": pad & sub}.
-
-    masks  dict name -> mask, each of a shape ``mask_image`` accepts; the name titles its panel.
-    """
+    """Masks side by side, each titled by its name: e.g. {"padding": pad, "subsequent": sub, "both": pad & sub}."""
     if not isinstance(masks, Mapping) or not masks:
         raise ValueError(f"masks_figure: masks must be a non-empty dict name -> mask, got {masks!r:.80}")
     images = [(str(name), *_mask_image(m, f"masks[{name!r}]", "masks_figure")) for name, m in masks.items()]
@@ -223,8 +201,6 @@ def masks_figure(masks, title=None) -> Figure:
     return fig
 
 
-# ----------------------------------------------------------------------------- positional encoding
-
 def _pe_table(pe, where: str) -> numpy.ndarray:
     table = _host(pe)
     table = table[0] if table.ndim == 3 and table.shape[0] == 1 else table
@@ -233,10 +209,7 @@ def _pe_table(pe, where: str) -> numpy.ndarray:
 
 
 def positional_encoding_heatmap(pe, title=None) -> Figure:
-    """The positional-encoding table as an image: one row per position, one column per dimension.
-
-    pe  (T, D), e.g. ``PositionalEncoding(D).pe[:T]``, or (1, T, D). Colour scale -1..1 (the range of sin, cos).
-    """
+    """The positional-encoding table pe (T, D) (or (1, T, D)) as an image: a row per position, scale -1..1."""
     table = _pe_table(pe, "positional_encoding_heatmap")                 # (T, D)
     T, D = table.shape
     fig = _figure(8.0, 4.5)
@@ -252,11 +225,8 @@ def positional_encoding_heatmap(pe, title=None) -> Figure:
 
 
 def positional_encoding_curves(pe, dims=(4, 5, 6, 7), title=None, *, sinusoidal: bool = True) -> Figure:
-    """Chosen columns of the positional-encoding table as curves over the positions.
-
-    pe    (T, D) (or (1, T, D)); dims: the dimensions to draw, each in 0..D-1.
-    sinusoidal  name each curve sin (even dimension) or cos (odd), the paper's layout; False for a learned table.
-    """
+    """Columns ``dims`` (each in 0..D-1) of the positional-encoding table pe (T, D) as curves over the positions;
+    sinusoidal: name each sin (even dimension) or cos (odd), the paper's layout (False for a learned table)."""
     table = _pe_table(pe, "positional_encoding_curves")                  # (T, D)
     dims = [dims] if isinstance(dims, (int, numpy.integer)) else list(dims)
     if not dims or any(isinstance(d, bool) or not isinstance(d, (int, numpy.integer)) or not 0 <= d < table.shape[1]
@@ -276,8 +246,6 @@ def positional_encoding_curves(pe, dims=(4, 5, 6, 7), title=None, *, sinusoidal:
     return fig
 
 
-# ----------------------------------------------------------------------------- training curves
-
 def _series(x, name: str, where: str) -> tuple[numpy.ndarray, numpy.ndarray]:
     """(steps, values) from a list of values (steps 1..n), a dict {step: value} (JSON's string steps too) or a
     pair (steps, values)."""
@@ -296,17 +264,14 @@ def _series(x, name: str, where: str) -> tuple[numpy.ndarray, numpy.ndarray]:
 
 
 def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
-    """The learning rate at every step, with the peak marked (the end of warmup for NoamSchedule).
-
-    lrs   a list of learning rates for steps 1..n (NoamSchedule counts its first step as 1), or (steps, lrs).
-    logy  logarithmic learning-rate axis.
-    """
+    """The learning rate at every step, the peak (the end of warmup) marked. lrs: a list for steps 1..n (as
+    NoamSchedule counts), a pair (steps, lrs) or a dict step -> lr; logy: a logarithmic axis."""
     steps, values = _series(lrs, "lrs", "lr_schedule")                   # (n,), (n,)
     fig = _figure(7.0, 3.8)
     ax = fig.add_subplot()
-    ax.plot(steps, values, color=_color(0.3), linewidth=2)
+    ax.plot(steps, values, color=_VIRIDIS(0.3), linewidth=2)
     peak = int(numpy.argmax(values))
-    ax.plot(steps[peak], values[peak], "o", color=_color(0.75), markersize=7,
+    ax.plot(steps[peak], values[peak], "o", color=_VIRIDIS(0.75), markersize=7,
             label=f"peak {values[peak]:.3g} at step {steps[peak]:g}")
     if logy:
         _log_y(ax)
@@ -318,14 +283,11 @@ def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
 
 def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = False, metric=None,
                 metric_name: str = "validation metric") -> Figure:
-    """Training loss per step and the validation loss at its evaluation points; optionally, in a second panel
-    beside it on the same steps, a validation score such as BLEU, its last value written.
+    """The training loss per step (a running mean over the raw curve from 100 points on), the valid loss at its
+    evaluation points, and beside them, on the same steps, a valid score (metric, titled metric_name) such as BLEU.
 
-    train   a list of losses (steps 1..n), a dict {step: loss} or a pair (steps, losses); with 100 points or
-            more, a running mean is drawn over the noisy raw curve.
-    valid   the same forms, at the evaluation points (a plain list counts 1..n, e.g. per epoch with xlabel="epoch").
-    logy    logarithmic loss axis, with plain tick labels.
-    metric  the score at the evaluation points, in the same forms; metric_name is its axis title.
+    train, valid, metric: a list (steps 1..n, or epochs with xlabel="epoch"), a dict step -> value or a pair
+    (steps, values). logy: a logarithmic loss axis.
     """
     steps, values = _series(train, "train", "loss_curves")               # (n,), (n,)
     fig = _figure(7.0 if metric is None else 11.0, 3.8)
@@ -334,12 +296,12 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
     if n >= 100:
         window = max(2, n // 25)
         mean = numpy.convolve(values, numpy.ones(window) / window, mode="valid")     # (n - window + 1,)
-        ax.plot(steps, values, color=_color(0.3), alpha=0.3, linewidth=1, label="train (raw)")
-        ax.plot(steps[window - 1:], mean, color=_color(0.3), linewidth=2, label=f"train (mean of {window})")
+        ax.plot(steps, values, color=_VIRIDIS(0.3), alpha=0.3, linewidth=1, label="train (raw)")
+        ax.plot(steps[window - 1:], mean, color=_VIRIDIS(0.3), linewidth=2, label=f"train (mean of {window})")
     else:
-        ax.plot(steps, values, color=_color(0.3), linewidth=2, marker="." if n <= 30 else None, label="train")
+        ax.plot(steps, values, color=_VIRIDIS(0.3), linewidth=2, marker="." if n <= 30 else None, label="train")
     if valid is not None:
-        ax.plot(*_series(valid, "valid", "loss_curves"), "o-", color=_color(0.75), linewidth=2, markersize=5,
+        ax.plot(*_series(valid, "valid", "loss_curves"), "o-", color=_VIRIDIS(0.75), linewidth=2, markersize=5,
                 label="valid")
     if logy:
         _log_y(ax)
@@ -349,7 +311,7 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
     if metric is not None:
         at, scores = _series(metric, "metric", "loss_curves")            # (m,), (m,)
         score_ax = fig.add_subplot(1, 2, 2, sharex=ax)
-        score_ax.plot(at, scores, "o-", color=_color(0.55), linewidth=2, markersize=5)
+        score_ax.plot(at, scores, "o-", color=_VIRIDIS(0.55), linewidth=2, markersize=5)
         score_ax.annotate(f"{scores[-1]:.4g}", (at[-1], scores[-1]), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=9)                       # the last value, where the run ended
         score_ax.set(xlabel=xlabel, ylabel=metric_name, title=f"{metric_name} at each evaluation")
@@ -358,21 +320,16 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
     return fig
 
 
-# ----------------------------------------------------------------------------- gradient checks
-
 def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
-    """Relative gradient errors per tensor on a log axis, the pass bound drawn; red bars fail.
-
-    report_rows  a list of (name, relative error), or a dict name -> relative error.
-    bound        the largest error that passes (1e-6 in float64). An error of exactly 0 sits at the left edge.
-    """
+    """Relative gradient errors per tensor, report_rows (name, error) pairs or a dict, on a log axis: the largest
+    error that passes, bound, drawn, red bars fail, an error of exactly 0 at the left edge."""
     bound = positive_number("bar_errors", "bound", bound)
     names, errors = zip(*(report_rows.items() if isinstance(report_rows, Mapping) else report_rows))
     errors = _host([float(backend.to_numpy(e)) for e in errors])         # (n,)
     left = 10.0 ** (math.floor(math.log10(min(errors[errors > 0].min(initial=bound), bound))) - 1)
     fig = _figure(7.5, 1.3 + 0.32 * len(errors))
     ax = fig.add_subplot()
-    colors = [_color(0.55) if e <= bound else "#d62728" for e in errors]
+    colors = [_VIRIDIS(0.55) if e <= bound else "#d62728" for e in errors]
     ax.barh(range(len(errors)), numpy.maximum(errors, left) - left, left=left, color=colors, height=0.6)
     for i, e in enumerate(errors):
         ax.text(max(e, left) * 1.3, i, f"{e:.1e}" if e > 0 else "0", va="center", fontsize=8)
@@ -387,11 +344,9 @@ def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
     return fig
 
 
-# ----------------------------------------------------------------------------- histograms
-
 def _histogram_into(ax, values, bins, show_mean: bool = True) -> numpy.ndarray:
     v = _host(values).ravel()                                            # (n,)
-    ax.hist(v, bins=bins, color=_color(0.35), edgecolor="white", linewidth=0.3)
+    ax.hist(v, bins=bins, color=_VIRIDIS(0.35), edgecolor="white", linewidth=0.3)
     ax.text(0.97, 0.95, (f"mean {v.mean():.3g}\n" if show_mean else "") + f"var {v.var():.3g}", fontsize=8,
             transform=ax.transAxes, ha="right", va="top", bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8})
     return v
@@ -408,12 +363,9 @@ def histogram(values, bins=50, title=None, xlabel=None) -> Figure:
 
 
 def score_variance_figure(d_k_values=(4, 16, 64, 256), rng=None, n_samples: int = 5000) -> Figure:
-    """Why the paper divides by sqrt(d_k): histograms of q.k without and with the scale.
-
-    For each d_k, q and k have independent N(0, 1) components, so var(q.k) = d_k: the top row spreads out as d_k
-    grows (softmax saturates), the bottom row q.k / sqrt(d_k) keeps variance 1. A row shares its bins.
-    rng: a NumPy Generator or an int seed (default 0; never the package's generator); n_samples pairs per d_k.
-    """
+    """Why the paper divides by sqrt(d_k): histograms of q.k, q and k of independent N(0, 1) components, so
+    var(q.k) = d_k: the top row spreads as d_k grows (softmax saturates), the bottom row, q.k / sqrt(d_k), keeps
+    variance 1. rng: a NumPy Generator or an int seed (default 0, never the package's); n_samples pairs per d_k."""
     d_ks = [d_k_values] if isinstance(d_k_values, (int, numpy.integer)) else list(d_k_values)
     if not d_ks or any(isinstance(d, bool) or not isinstance(d, (int, numpy.integer)) or d < 1 for d in d_ks):
         raise ValueError(f"score_variance_figure: d_k_values must be positive integers, got {d_k_values!r}")
