@@ -24,7 +24,7 @@ def check_resumable(trainer, ck) -> dict:
                          f"(differs in {changed}); build the model from the checkpoint's config to resume")
     for absent, what in ((state is None, "training state (was it written by Trainer?)"),
                          (ck.optimizer is None, "optimiser state"),
-                         (trainer.scheduler is not None and ck.scheduler is None, "scheduler state, but has a scheduler")):
+                         (trainer.scheduler is not None and ck.scheduler is None, "scheduler state (this run has one)")):
         if absent:
             raise ValueError(f"Trainer.resume: checkpoint {path} holds no {what}")
     check(path, "weights", ck.weights, {name: p.data for name, p in trainer.model.named_parameters()})
@@ -35,7 +35,8 @@ def check_resumable(trainer, ck) -> dict:
             if key != "step" and isinstance(value, (int, float)) and not value > 0:
                 raise ValueError(f"checkpoint {path}: scheduler[{key!r}] must be positive, got {value}")
     if not isinstance(state, dict):
-        raise ValueError(f"checkpoint {path}: the training state must be an object, got {type(state).__name__}")  # noqa: TRY004
+        raise ValueError(f"checkpoint {path}: the training state must be an object, "  # noqa: TRY004
+                         f"got {type(state).__name__}")
     state = {"train_cpu_seconds": 0.0, **state}                     # a field that older checkpoints lack
     for key in ("data", "history", "valid_history", "train_seconds", "tokens_seen", "skipped"):
         if key not in state:
@@ -66,4 +67,4 @@ def full_config(config):
 
 def _number(value) -> bool:
     """A JSON number that converts to a float (NaN and infinity included: a history may hold them)."""
-    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 2 ** 53)
+    return isinstance(value, float) or (type(value) is int and abs(value) <= 2 ** 53)

@@ -19,6 +19,7 @@ import os
 import time
 
 import numpy
+from tqdm import tqdm  # not tqdm.auto: it wants ipywidgets in Jupyter
 
 from minitransformer import backend
 from minitransformer.checks import one_of, positive_int, positive_number
@@ -229,9 +230,6 @@ class Trainer:
         return self.summary()
 
     def _begin(self):
-        # the plain bar: tqdm.auto wants ipywidgets in Jupyter and warns without them
-        from tqdm import tqdm
-
         self._claim_checkpoint_dir()                     # before any step: a refused run changes nothing
         self.model.train()
         self._skips_in_a_row, self._smooth, self._started = 0, None, time.perf_counter()
@@ -317,8 +315,8 @@ class Trainer:
         """Why the run stopped, in words: "target reached at step 1000 (valid BLEU 99.20 >= 99.00)",
         "step limit reached (3000 steps)", "time limit reached (43 min) at step 812", "20 epochs done"."""
         if self.stop_reason == "target":
-            metric = self.metric_format(self.valid_history[-1][2] if self.valid_history else math.nan)
-            return f"target reached at step {self.step} ({self.metric_name} {metric} >= {self.metric_format(self.target)})"
+            metric, target = self.metric_format(self.valid_history[-1][2]), self.metric_format(self.target)
+            return f"target reached at step {self.step} ({self.metric_name} {metric} >= {target})"
         return {"max_steps": f"step limit reached ({self.max_steps} steps)",
                 "max_epochs": f"{self.max_epochs} epoch{'s' * (self.max_epochs != 1)} done (the epoch limit)",
                 "max_seconds": f"time limit reached ({(self.max_seconds or 0) / 60:g} min) at step {self.step}",
@@ -328,19 +326,18 @@ class Trainer:
         """What the run did: steps, epochs, final loss (mean of the last 50 steps), times, stop reason."""
         recent = [h[1] for h in self.history[-50:]]
         last_valid = self.valid_history[-1] if self.valid_history else (self.step, math.nan, math.nan)
-        return {"steps": self.step, "epoch": self.train_data.epoch,
-                "loss": float(numpy.mean(recent)) if recent else math.nan, "valid_loss": last_valid[1],
-                "metric": last_valid[2], "train_seconds": self.train_seconds, "train_cpu_seconds": self.train_cpu_seconds,
-                "tokens_per_second": self.tokens_seen / self.train_seconds if self.train_seconds > 0 else 0.0,
-                "skipped_steps": self.skipped, "stop_reason": self.stop_reason}
+        return {"steps": self.step, "epoch": self.train_data.epoch, "loss": numpy.mean(recent) if recent else math.nan,
+                "valid_loss": last_valid[1], "metric": last_valid[2], "train_seconds": self.train_seconds,
+                "train_cpu_seconds": self.train_cpu_seconds, "skipped_steps": self.skipped, "stop_reason": self.stop_reason,
+                "tokens_per_second": self.tokens_seen / self.train_seconds if self.train_seconds > 0 else 0.0}
 
     # ------------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict:
         """The keyword arguments of ``save_checkpoint`` for the run as it is now."""
         data = self.train_data.state_dict()
-        trainer = {"data": data, "history": [list(h) for h in self.history],
+        trainer = {"data": data, "history": [list(h) for h in self.history], "skipped": self.skipped,
                    "valid_history": [list(v) for v in self.valid_history], "train_seconds": self.train_seconds,
-                   "train_cpu_seconds": self.train_cpu_seconds, "tokens_seen": self.tokens_seen, "skipped": self.skipped}
+                   "train_cpu_seconds": self.train_cpu_seconds, "tokens_seen": self.tokens_seen}
         return {"weights": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
                 "epoch": data.get("epoch", 0), "batch": data.get("position", 0), "rng": backend.get_rng_state(),
@@ -393,7 +390,8 @@ class Trainer:
             self.scheduler.load_state_dict(ck.scheduler)
         self.train_data.load_state_dict(state["data"])
         self.step = self.last_saved_step = ck.step
-        self.history, self.valid_history = [tuple(h) for h in state["history"]], [tuple(v) for v in state["valid_history"]]
+        self.history = [tuple(h) for h in state["history"]]
+        self.valid_history = [tuple(v) for v in state["valid_history"]]
         self.train_seconds, self.train_cpu_seconds = float(state["train_seconds"]), float(state["train_cpu_seconds"])
         self.tokens_seen, self.skipped = int(state["tokens_seen"]), int(state["skipped"])
         if self.checkpoints is not None and os.path.realpath(os.path.dirname(os.path.abspath(ck.path))) == \
