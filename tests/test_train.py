@@ -458,3 +458,13 @@ def test_a_thinned_history_is_the_same_after_a_resume(tmp_path, monkeypatch):
     assert [h[:3] for h in second.history] == [h[:3] for h in full.history]     # tokens/s is a timing
     assert [v[0] for v in second.valid_history] == [v[0] for v in full.valid_history] == [8, 16, 20, 22, 23]
     assert_same_weights(weights(second), weights(full))
+
+
+def test_resume_refuses_a_history_whose_steps_are_not_steps(tmp_path):
+    """The thinning divides the rows' steps: a saved row whose step is not a whole count is refused at resume."""
+    first = make_trainer(tmp_path, max_steps=3)
+    first.fit()
+    first.history[0] = (1.5, *first.history[0][1:])
+    first.save()
+    with pytest.raises(ValueError, match=r"history must be a list of \[4 numbers\] rows, a step first"):
+        make_trainer(tmp_path, max_steps=5).resume(tmp_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from minitransformer.config import TransformerConfig
 from minitransformer.kit.running.checkpoint import check_state
+from minitransformer.limits import MAX_COUNT
 
 
 def check_resumable(trainer, ck) -> dict:
@@ -16,7 +17,7 @@ def check_resumable(trainer, ck) -> dict:
     anything changes: another model config; weights, optimiser, schedule or data position that do not fit this
     run's (``checkpoint.check_state`` against their ``state_dict()``); a training state that is missing or
     malformed. Returns the training state (``state()["extra"]["trainer"]``)."""
-    path, state, check = ck.path, ck.extra.get("trainer"), check_state
+    path, state = ck.path, ck.extra.get("trainer")
     saved, ours = full_config(ck.config), full_config(trainer.config)
     if saved is not None and ours is not None and saved != ours:
         changed = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
@@ -24,13 +25,14 @@ def check_resumable(trainer, ck) -> dict:
                          f"(differs in {changed}); build the model from the checkpoint's config to resume")
     for absent, what in ((state is None, "training state (was it written by Trainer?)"),
                          (ck.optimizer is None, "optimiser state"),
-                         (trainer.scheduler is not None and ck.scheduler is None, "scheduler state (this run has one)")):
+                         (trainer.scheduler is not None and ck.scheduler is None,
+                          "scheduler state, and this run has a scheduler")):
         if absent:
             raise ValueError(f"Trainer.resume: checkpoint {path} holds no {what}")
-    check(path, "weights", ck.weights, {name: p.data for name, p in trainer.model.named_parameters()})
-    check(path, "optimizer", ck.optimizer, {**trainer.optimizer.state_dict(), "lr": 0.0})      # lr: any rate >= 0
+    check_state(path, "weights", ck.weights, {name: p.data for name, p in trainer.model.named_parameters()})
+    check_state(path, "optimizer", ck.optimizer, {**trainer.optimizer.state_dict(), "lr": 0.0})      # lr: any rate >= 0
     if trainer.scheduler is not None:
-        check(path, "scheduler", ck.scheduler, trainer.scheduler.state_dict())
+        check_state(path, "scheduler", ck.scheduler, trainer.scheduler.state_dict())
         for key, value in ck.scheduler.items():
             if key != "step" and isinstance(value, (int, float)) and not value > 0:
                 raise ValueError(f"checkpoint {path}: scheduler[{key!r}] must be positive, got {value}")
@@ -41,18 +43,19 @@ def check_resumable(trainer, ck) -> dict:
     for key in ("data", "history", "valid_history", "train_seconds", "tokens_seen", "skipped"):
         if key not in state:
             raise ValueError(f"checkpoint {path} is missing the training state's {key!r}")
-    check(path, "the training state's data position", state["data"], trainer.train_data.state_dict())
+    check_state(path, "the training state's data position", state["data"], trainer.train_data.state_dict())
     if hasattr(trainer.train_data, "__len__") and state["data"].get("position", 0) > len(trainer.train_data):
         raise ValueError(f"checkpoint {path}: the data position {state['data']['position']} is beyond the "
                          f"{len(trainer.train_data)} batches of an epoch of this run's data")
     # tokens_seen as a number, not a count: a long run reads more tokens than limits.MAX_COUNT
     counters = ("train_seconds", "train_cpu_seconds", "tokens_seen", "skipped")
-    check(path, "the training state", {k: state[k] for k in counters}, dict(zip(counters, (0.0, 0.0, 0.0, 0))))
+    check_state(path, "the training state", {k: state[k] for k in counters}, dict(zip(counters, (0.0, 0.0, 0.0, 0))))
     for key, width in (("history", 4), ("valid_history", 3)):
         rows = state[key]
         if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == width and all(map(_number, r))
-                                                 for r in rows):
-            raise ValueError(f"checkpoint {path}: the training state's {key} must be a list of [{width} numbers] rows")
+                                                 and type(r[0]) is int and 0 <= r[0] <= MAX_COUNT for r in rows):
+            raise ValueError(f"checkpoint {path}: the training state's {key} must be a list of [{width} numbers] rows, "
+                             f"a step first")
     return state
 
 

@@ -328,8 +328,9 @@ class Trainer:
         last_valid = self.valid_history[-1] if self.valid_history else (self.step, math.nan, math.nan)
         return {"steps": self.step, "epoch": self.train_data.epoch, "loss": numpy.mean(recent) if recent else math.nan,
                 "valid_loss": last_valid[1], "metric": last_valid[2], "train_seconds": self.train_seconds,
-                "train_cpu_seconds": self.train_cpu_seconds, "skipped_steps": self.skipped, "stop_reason": self.stop_reason,
-                "tokens_per_second": self.tokens_seen / self.train_seconds if self.train_seconds > 0 else 0.0}
+                "train_cpu_seconds": self.train_cpu_seconds, "skipped_steps": self.skipped,
+                "tokens_per_second": self.tokens_seen / self.train_seconds if self.train_seconds > 0 else 0.0,
+                "stop_reason": self.stop_reason}
 
     # ------------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict:

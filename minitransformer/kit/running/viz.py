@@ -347,8 +347,8 @@ def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
 def _histogram_into(ax, values, bins, show_mean: bool = True) -> numpy.ndarray:
     v = _host(values).ravel()                                            # (n,)
     ax.hist(v, bins=bins, color=_VIRIDIS(0.35), edgecolor="white", linewidth=0.3)
-    ax.text(0.97, 0.95, (f"mean {v.mean():.3g}\n" if show_mean else "") + f"var {v.var():.3g}", fontsize=8,
-            transform=ax.transAxes, ha="right", va="top", bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8})
+    ax.text(0.97, 0.95, (f"mean {v.mean():.3g}\n" if show_mean else "") + f"var {v.var():.3g}", fontsize=8, ha="right",
+            va="top", transform=ax.transAxes, bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8})
     return v
 
 
