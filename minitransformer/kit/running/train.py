@@ -4,11 +4,10 @@
 optimiser's update; every so many steps evaluate and save; stop at the first limit reached.
 
 Exact resume: a run killed at any moment and resumed from its last checkpoint computes the same steps, to the bit
-on the CPU, as the run that was never stopped. The checkpoint holds every input of a later step: the weights, the
-optimiser's moments, the step counts, the data position (batch i of epoch e is a fixed function of the seed and
-e) and the random generators (dropout). Evaluation draws no random numbers, and time limits decide only where a
-run stops. Checkpoints are written atomically, so a kill while saving leaves the previous one whole; a non-finite
-loss or gradient stops the run before the optimiser step, and nothing is saved after it.
+on the CPU, as the run never stopped. The checkpoint holds every input of a later step: weights, optimiser moments,
+step counts, the data position (batch i of epoch e is a fixed function of the seed and e) and the random generators
+(dropout). Evaluation draws no random numbers; time limits decide only where a run stops. Checkpoints are written
+atomically; a non-finite loss or gradient stops the run before the update, and nothing is saved after it.
 """
 
 from __future__ import annotations
@@ -29,68 +28,6 @@ from minitransformer.kit.running.resume import check_resumable, full_config  # n
 from minitransformer.optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
-
-# The histories go into every checkpoint's metadata, which the reader caps (limits.MAX_META_BYTES). So a history
-# keeps every row while it has at most HISTORY_ROWS, then only the rows on a stride (every 2nd, 4th, 8th, ... row's
-# step: at most HISTORY_ROWS of them in the run), so the curve still spans the whole run evenly, and always the
-# newest RECENT_ROWS (the summary's final loss, the last evaluation). The rule reads only the rows and the step, so
-# a resumed run keeps the very rows of the run that was never stopped.
-HISTORY_ROWS, RECENT_ROWS = 20_000, 50
-
-
-def _stride(step, every: int) -> int:
-    """The spacing in steps of the rows kept at ``step``, for rows written every ``every`` steps."""
-    return every << max(0, math.ceil(math.log2(max(step // every, 1) / HISTORY_ROWS)))
-
-
-def _append_bounded(rows: list, row: tuple, every: int = 1) -> None:
-    """Append ``row`` (its step first) to a history written every ``every`` steps, thinning it (see above)."""
-    stride = _stride(row[0], every)
-    grew = bool(rows) and _stride(rows[-1][0], every) < stride
-    rows.append(row)
-    if grew:                                                     # thin the older rows to the new stride
-        rows[:-RECENT_ROWS] = [r for r in rows[:-RECENT_ROWS] if r[0] % stride == 0]
-    elif len(rows) > RECENT_ROWS and rows[-RECENT_ROWS - 1][0] % stride:
-        del rows[-RECENT_ROWS - 1]                               # no longer among the newest, and off the stride
-
-
-class NonFiniteError(FloatingPointError):
-    """Training met a loss or gradient that is NaN or infinite (the optimiser step was not taken)."""
-
-
-class ListBatches(ResumableBatches):
-    """A fixed list of batches as a resumable source: every epoch serves the same list, in order."""
-
-    def __init__(self, batches):
-        self.batches = list(batches)
-        if not self.batches:
-            raise ValueError("Trainer: train_data must hold at least one batch, got none")
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def batch_at(self, epoch: int, k: int):
-        return self.batches[k]
-
-    def state_dict(self) -> dict:                        # no seed: every epoch is the same
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:      # Trainer.resume checked it against state_dict() and len
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-
-
-def unpack_batch(batch, pad_id: int = 0):
-    """(src, tgt_in, tgt_out, number of real tokens) of a Batch or a (src, tgt_in, tgt_out) tuple."""
-    if hasattr(batch, "src"):
-        src, tgt_in, tgt_out = batch.src, batch.tgt_in, batch.tgt_out
-    elif isinstance(batch, (tuple, list)) and len(batch) == 3:
-        src, tgt_in, tgt_out = batch
-    else:
-        raise TypeError(f"Trainer: a batch must have src, tgt_in and tgt_out (a batching.Batch or a 3-tuple), "
-                        f"got {type(batch).__name__}")
-    if hasattr(batch, "num_src_tokens"):
-        return src, tgt_in, tgt_out, int(batch.num_src_tokens) + int(batch.num_tgt_tokens)
-    return src, tgt_in, tgt_out, sum(int((backend.to_numpy(a) != pad_id).sum()) for a in (src, tgt_out))
 
 
 class Trainer:
@@ -369,17 +306,15 @@ class Trainer:
         return path
 
     def resume(self, path) -> None:
-        """Restore everything from a checkpoint (a file, or a run folder: its latest checkpoint, else its newest
-        step file): weights, optimiser, schedule, step, data position, random generators and histories; training
-        then continues exactly. The file may come from anyone: all of it is checked first, so a refused one
-        (ValueError naming the file and the field) leaves this trainer, its model, optimiser, schedule, data and
-        the random generators as they were. Resuming from checkpoint_dir makes its checkpoints this run's own."""
+        """Restore the whole run from a checkpoint (a file, or a run folder's latest) so that training continues
+        exactly. The file may come from anyone: a refused one (ValueError naming the file and the field) changes
+        nothing (``resume.check_resumable``). Resuming from checkpoint_dir makes its checkpoints this run's own."""
         if os.path.isdir(path):
             folder, path = path, checkpoint.latest_checkpoint(path)
             if path is None:
                 raise FileNotFoundError(f"Trainer.resume: no checkpoint in {folder}")
         ck = checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(path))
-        state = check_resumable(self, ck)     # all checked first: a refused file changes nothing
+        state = check_resumable(self, ck)
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
                 backend.set_rng_state(ck.rng)
@@ -399,3 +334,66 @@ class Trainer:
                 os.path.realpath(self.checkpoints.directory):
             self._checkpoint_dir_is_ours = True
         self.model.train()
+
+
+# The histories go into every checkpoint's metadata, which the reader caps (limits.MAX_META_BYTES). So a history
+# keeps every row while it has at most HISTORY_ROWS, then only the rows on a stride (every 2nd, 4th, 8th, ... row's
+# step: at most HISTORY_ROWS of them in the run), so the curve still spans the whole run evenly, and always the
+# newest RECENT_ROWS (the summary's final loss, the last evaluation). The rule reads only the rows and the step, so
+# a resumed run keeps the very rows of the run that was never stopped.
+HISTORY_ROWS, RECENT_ROWS = 20_000, 50
+
+
+def _stride(step, every: int) -> int:
+    """The spacing in steps of the rows kept at ``step``, for rows written every ``every`` steps."""
+    return every << max(0, math.ceil(math.log2(max(step // every, 1) / HISTORY_ROWS)))
+
+
+def _append_bounded(rows: list, row: tuple, every: int = 1) -> None:
+    """Append ``row`` (its step first) to a history written every ``every`` steps, thinning it (see above)."""
+    stride = _stride(row[0], every)
+    grew = bool(rows) and _stride(rows[-1][0], every) < stride
+    rows.append(row)
+    if grew:                                                     # thin the older rows to the new stride
+        rows[:-RECENT_ROWS] = [r for r in rows[:-RECENT_ROWS] if r[0] % stride == 0]
+    elif len(rows) > RECENT_ROWS and rows[-RECENT_ROWS - 1][0] % stride:
+        del rows[-RECENT_ROWS - 1]                               # no longer among the newest, and off the stride
+
+
+class NonFiniteError(FloatingPointError):
+    """Training met a loss or gradient that is NaN or infinite (the optimiser step was not taken)."""
+
+
+class ListBatches(ResumableBatches):
+    """A fixed list of batches as a resumable source: every epoch serves the same list, in order."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+        if not self.batches:
+            raise ValueError("Trainer: train_data must hold at least one batch, got none")
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def batch_at(self, epoch: int, k: int):
+        return self.batches[k]
+
+    def state_dict(self) -> dict:                        # no seed: every epoch is the same
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:      # Trainer.resume checked it against state_dict() and len
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+def unpack_batch(batch, pad_id: int = 0):
+    """(src, tgt_in, tgt_out, number of real tokens) of a Batch or a (src, tgt_in, tgt_out) tuple."""
+    if hasattr(batch, "src"):
+        src, tgt_in, tgt_out = batch.src, batch.tgt_in, batch.tgt_out
+    elif isinstance(batch, (tuple, list)) and len(batch) == 3:
+        src, tgt_in, tgt_out = batch
+    else:
+        raise TypeError(f"Trainer: a batch must have src, tgt_in and tgt_out (a batching.Batch or a 3-tuple), "
+                        f"got {type(batch).__name__}")
+    if hasattr(batch, "num_src_tokens"):
+        return src, tgt_in, tgt_out, int(batch.num_src_tokens) + int(batch.num_tgt_tokens)
+    return src, tgt_in, tgt_out, sum(int((backend.to_numpy(a) != pad_id).sum()) for a in (src, tgt_out))
