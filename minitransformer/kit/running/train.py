@@ -64,15 +64,11 @@ class Trainer:
                  on_nonfinite: str = "stop", progress: bool = True, config: dict | None = None,
                  tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100,
                  metric_name: str = "metric", metric_format=None, parallel=None):
-        def optional(check, name, value):
-            return None if value is None else check("Trainer", name, value)
-
-        self.max_steps, self.max_epochs = optional(positive_int, "max_steps", max_steps), \
-            optional(positive_int, "max_epochs", max_epochs)
-        self.eval_every = optional(positive_int, "eval_every", eval_every)
-        self.save_every = optional(positive_int, "save_every", save_every)
-        self.clip_norm = optional(positive_number, "clip_norm", clip_norm)
-        self.max_seconds = optional(positive_number, "max_seconds", max_seconds)
+        self.max_steps, self.max_epochs, self.eval_every, self.save_every = (
+            None if value is None else positive_int("Trainer", name, value) for name, value in
+            (("max_steps", max_steps), ("max_epochs", max_epochs), ("eval_every", eval_every), ("save_every", save_every)))
+        self.clip_norm, self.max_seconds = (None if value is None else positive_number("Trainer", name, value)
+                                            for name, value in (("clip_norm", clip_norm), ("max_seconds", max_seconds)))
         self.max_skips = positive_int("Trainer", "max_skips", max_skips)
         one_of("Trainer", "on_nonfinite", on_nonfinite, ON_NONFINITE)
         if max_steps is None and max_epochs is None and max_seconds is None:
