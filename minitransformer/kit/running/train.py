@@ -104,8 +104,7 @@ class Trainer:
         self.checkpoints = None if checkpoint_dir is None else checkpoint.CheckpointManager(checkpoint_dir, keep)
         self._checkpoint_dir_is_ours = False   # True once this trainer resumed from checkpoint_dir or saved there
         self.pad_id, self.params = getattr(loss_fn, "ignore_index", 0), model.parameters()
-        # the run's progress; all of it goes into checkpoints
-        self.step, self.tokens_seen, self.skipped, self._skips_in_a_row = 0, 0, 0, 0
+        self.step, self.tokens_seen, self.skipped, self._skips_in_a_row = 0, 0, 0, 0    # the run so far (saved)
         self.history, self.valid_history = [], []        # (step, loss, lr, tokens/s), (step, valid_loss, metric)
         self.train_seconds = self.train_cpu_seconds = 0.0    # wall-clock and CPU time in steps (not evaluation)
         self.last_saved_step = self.stop_reason = None
@@ -172,8 +171,8 @@ class Trainer:
 
     def _record(self, loss: float, tokens: int, clock: tuple, bar) -> None:
         seconds = time.perf_counter() - clock[0]
-        self.train_seconds, self.train_cpu_seconds = self.train_seconds + seconds, \
-            self.train_cpu_seconds + time.process_time() - clock[1]
+        self.train_seconds += seconds
+        self.train_cpu_seconds += time.process_time() - clock[1]
         self.step, self.tokens_seen, self._skips_in_a_row = self.step + 1, self.tokens_seen + tokens, 0
         lr, tps = float(self.optimizer.lr), tokens / seconds if seconds > 0 else math.inf
         _append_bounded(self.history, (self.step, float(loss), lr, tps))
@@ -238,9 +237,13 @@ class Trainer:
 
     def _evaluate_and_report(self, write) -> None:
         valid_loss, metric = self.evaluate()
+        parts = [f"step {self.step}"]
+        if math.isfinite(valid_loss):
+            parts.append(f"valid loss {valid_loss:.4f}")
+        if math.isfinite(metric):
+            parts.append(f"{self.metric_name} {self.metric_format(metric)}")
         if self.progress:
-            write("  ".join([f"step {self.step}"] + [f"valid loss {valid_loss:.4f}"] * math.isfinite(valid_loss)
-                            + [f"{self.metric_name} {self.metric_format(metric)}"] * math.isfinite(metric)))
+            write("  ".join(parts))
         if self.target is not None and math.isfinite(metric) and metric >= self.target:
             self.stop_reason = "target"
 
@@ -340,8 +343,7 @@ class Trainer:
 HISTORY_ROWS, RECENT_ROWS = 20_000, 50
 
 
-def _stride(step, every: int) -> int:
-    """The spacing in steps of the rows kept at ``step``, for rows written every ``every`` steps."""
+def _stride(step, every: int) -> int:                            # in steps, for rows written every ``every``
     return every << max(0, math.ceil(math.log2(max(step // every, 1) / HISTORY_ROWS)))
 
 
