@@ -40,10 +40,11 @@ class _NotebookFigure(Figure):
         return buffer.getvalue()
 
 
-def _figure(width: float, height: float) -> Figure:
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1, **subplots):
+    """A figure of width x height inches and its Axes (one, or a grid of rows x cols)."""
     fig = _NotebookFigure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)                       # attaches itself as fig.canvas: savefig and draw need no GUI
-    return fig
+    return fig, fig.subplots(rows, cols, **subplots)
 
 
 def _host(x) -> numpy.ndarray:
@@ -93,7 +94,7 @@ def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None
                          "for a (B, H, Tq, Tk) array pass one sentence and head, weights[b, h]")
     Tq, Tk = w.shape
     if ax is None:
-        ax = _figure(min(10.0, max(4.0, 2.0 + 0.38 * Tk)), min(9.0, max(3.2, 1.2 + 0.38 * Tq))).add_subplot()
+        ax = _figure(min(10.0, max(4.0, 2.0 + 0.38 * Tk)), min(9.0, max(3.2, 1.2 + 0.38 * Tq)))[1]
     fontsize = 7 if max(Tq, Tk) > 20 else 9
     im = ax.imshow(w, cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto" if max(Tq, Tk) > MAX_LABELS else "equal")
     ax.set_xlabel(_label_axis(ax, "x", x_labels, Tk, MAX_LABELS, x_name, fontsize))
@@ -125,11 +126,11 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: st
     panels = [(layer, h) for layer in range(L) for h in range(H)]
     n_cols = min(H, 4) if single else H
     n_rows = math.ceil(len(panels) / n_cols)
-    panel_w, panel_h = min(3.2, max(1.8, 0.16 * Tk + 0.5)), min(3.2, max(1.8, 0.16 * Tq + 0.5))
+    panel_w, panel_h = min(3.2, max(1.8, 0.16 * Tk + 0.5)), min(3.2, max(1.8, 0.16 * Tq + 0.5))   # inches
     shrink = min(1.0, 16.0 / (n_cols * panel_w))                         # wide grids within about 16 inches
-    label_room = 0.6 if x_labels is not None and Tk <= MAX_GRID_LABELS else 0.2
-    fig = _figure(n_cols * max(1.4, panel_w * shrink) + 1.4, n_rows * max(1.4, panel_h * shrink) + 0.9 + label_room)
-    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    fig, axes = _figure(n_cols * max(1.4, panel_w * shrink) + 1.4, n_rows * max(1.4, panel_h * shrink) + 1.5,
+                        n_rows, n_cols, squeeze=False)
+    axes = axes.ravel()
     for ax in axes[len(panels):]:
         ax.remove()                                      # the spare cells of a last row that heads do not fill
     for i, ((layer, h), ax) in enumerate(zip(panels, axes)):
@@ -183,8 +184,8 @@ def mask_image(mask, title=None, x_labels=None, y_labels=None) -> Figure:
     """A boolean attention mask as an image, bright = True = may attend: (Tq, Tk) or (1, 1, Tq, Tk) as from
     ``subsequent_mask`` (rows are queries), or (B, 1, 1, Tk) as from ``padding_mask`` (a row per sentence)."""
     m, row_name = _mask_image(mask, "mask", "mask_image")                # (rows, cols)
-    fig = _figure(min(10.0, 2.6 + 0.34 * m.shape[1]), min(9.0, 1.4 + 0.34 * m.shape[0]))
-    _draw_masks(fig, [fig.add_subplot()], [(title if title is not None else "Attention mask", m, row_name)],
+    fig, ax = _figure(min(10.0, 2.6 + 0.34 * m.shape[1]), min(9.0, 1.4 + 0.34 * m.shape[0]))
+    _draw_masks(fig, [ax], [(title if title is not None else "Attention mask", m, row_name)],
                 x_labels, y_labels)
     return fig
 
@@ -194,9 +195,9 @@ def masks_figure(masks, title=None) -> Figure:
     if not isinstance(masks, Mapping) or not masks:
         raise ValueError(f"masks_figure: masks must be a non-empty dict name -> mask, got {masks!r:.80}")
     images = [(str(name), *_mask_image(m, f"masks[{name!r}]", "masks_figure")) for name, m in masks.items()]
-    fig = _figure(sum(min(5.0, 1.2 + 0.3 * m.shape[1]) for _, m, _ in images) + 1.6,
-                  min(6.0, 1.8 + 0.3 * max(m.shape[0] for _, m, _ in images)))
-    _draw_masks(fig, list(fig.subplots(1, len(images), squeeze=False)[0]), images)
+    fig, axes = _figure(sum(min(5.0, 1.2 + 0.3 * m.shape[1]) for _, m, _ in images) + 1.6,
+                        min(6.0, 1.8 + 0.3 * max(m.shape[0] for _, m, _ in images)), 1, len(images), squeeze=False)
+    _draw_masks(fig, list(axes[0]), images)
     fig.suptitle(title if title is not None else "Attention masks")
     return fig
 
@@ -212,8 +213,7 @@ def positional_encoding_heatmap(pe, title=None) -> Figure:
     """The positional-encoding table pe (T, D) (or (1, T, D)) as an image: a row per position, scale -1..1."""
     table = _pe_table(pe, "positional_encoding_heatmap")                 # (T, D)
     T, D = table.shape
-    fig = _figure(8.0, 4.5)
-    ax = fig.add_subplot()
+    fig, ax = _figure(8.0, 4.5)
     im = ax.imshow(table, cmap=CMAP, vmin=min(-1.0, table.min()), vmax=max(1.0, table.max()), aspect="auto",
                    interpolation="nearest")
     ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
@@ -233,8 +233,7 @@ def positional_encoding_curves(pe, dims=(4, 5, 6, 7), title=None, *, sinusoidal:
                        for d in dims):
         raise ValueError(f"positional_encoding_curves: dims must be integers in 0..{table.shape[1] - 1} "
                          f"(pe has D = {table.shape[1]}), got {dims!r}")
-    fig = _figure(8.0, 3.8)
-    ax = fig.add_subplot()
+    fig, ax = _figure(8.0, 3.8)
     for j, d in enumerate(dims):
         kind = (" (sin)" if d % 2 == 0 else " (cos)") if sinusoidal else ""
         ax.plot(numpy.arange(len(table)), table[:, d], ["-", "--", "-.", ":"][j % 4], linewidth=1.8,
@@ -267,8 +266,7 @@ def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
     """The learning rate at every step, the peak (the end of warmup) marked. lrs: a list for steps 1..n (as
     NoamSchedule counts), a pair (steps, lrs) or a dict step -> lr; logy: a logarithmic axis."""
     steps, values = _series(lrs, "lrs", "lr_schedule")                   # (n,), (n,)
-    fig = _figure(7.0, 3.8)
-    ax = fig.add_subplot()
+    fig, ax = _figure(7.0, 3.8)
     ax.plot(steps, values, color=_VIRIDIS(0.3), linewidth=2)
     peak = int(numpy.argmax(values))
     ax.plot(steps[peak], values[peak], "o", color=_VIRIDIS(0.75), markersize=7,
@@ -290,8 +288,8 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
     (steps, values). logy: a logarithmic loss axis.
     """
     steps, values = _series(train, "train", "loss_curves")               # (n,), (n,)
-    fig = _figure(7.0 if metric is None else 11.0, 3.8)
-    ax = fig.add_subplot(1, 1 if metric is None else 2, 1)
+    fig, axes = _figure(7.0 if metric is None else 11.0, 3.8, 1, 1 if metric is None else 2, squeeze=False, sharex=True)
+    ax = axes[0, 0]
     n = len(values)
     if n >= 100:
         window = max(2, n // 25)
@@ -310,7 +308,7 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
     ax.legend(fontsize=9)
     if metric is not None:
         at, scores = _series(metric, "metric", "loss_curves")            # (m,), (m,)
-        score_ax = fig.add_subplot(1, 2, 2, sharex=ax)
+        score_ax = axes[0, 1]
         score_ax.plot(at, scores, "o-", color=_VIRIDIS(0.55), linewidth=2, markersize=5)
         score_ax.annotate(f"{scores[-1]:.4g}", (at[-1], scores[-1]), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=9)                       # the last value, where the run ended
@@ -327,8 +325,7 @@ def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
     names, errors = zip(*(report_rows.items() if isinstance(report_rows, Mapping) else report_rows))
     errors = _host([float(backend.to_numpy(e)) for e in errors])         # (n,)
     left = 10.0 ** (math.floor(math.log10(min(errors[errors > 0].min(initial=bound), bound))) - 1)
-    fig = _figure(7.5, 1.3 + 0.32 * len(errors))
-    ax = fig.add_subplot()
+    fig, ax = _figure(7.5, 1.3 + 0.32 * len(errors))
     colors = [_VIRIDIS(0.55) if e <= bound else "#d62728" for e in errors]
     ax.barh(range(len(errors)), numpy.maximum(errors, left) - left, left=left, color=colors, height=0.6)
     for i, e in enumerate(errors):
@@ -354,8 +351,7 @@ def _histogram_into(ax, values, bins, show_mean: bool = True) -> numpy.ndarray:
 
 def histogram(values, bins=50, title=None, xlabel=None) -> Figure:
     """A histogram of any array (flattened), its mean and variance written in the corner; bins: a count or edges."""
-    fig = _figure(6.0, 3.6)
-    ax = fig.add_subplot()
+    fig, ax = _figure(6.0, 3.6)
     v = _histogram_into(ax, values, bins)
     ax.set(xlabel=xlabel if xlabel is not None else "value", ylabel="count",
            title=title if title is not None else f"Histogram of {v.size} values")
@@ -371,8 +367,7 @@ def score_variance_figure(d_k_values=(4, 16, 64, 256), rng=None, n_samples: int 
         raise ValueError(f"score_variance_figure: d_k_values must be positive integers, got {d_k_values!r}")
     rng = numpy.random.default_rng(0 if rng is None else rng)
     raw = [(rng.standard_normal((n_samples, d)) * rng.standard_normal((n_samples, d))).sum(axis=1) for d in d_ks]
-    fig = _figure(2.6 * len(d_ks) + 0.8, 5.2)
-    axes = fig.subplots(2, len(d_ks), squeeze=False, sharex="row")
+    fig, axes = _figure(2.6 * len(d_ks) + 0.8, 5.2, 2, len(d_ks), squeeze=False, sharex="row")
     for row, (samples, label) in enumerate([(raw, "q·k"), ([s / math.sqrt(d) for s, d in zip(raw, d_ks)],
                                                             "q·k / √d_k")]):
         edges = numpy.linspace(min(s.min() for s in samples), max(s.max() for s in samples), 61)    # (61,)
