@@ -2,6 +2,7 @@
 overwrites a good checkpoint."""
 
 import doctest
+import json
 import os
 import signal
 import subprocess
@@ -207,8 +208,6 @@ def test_progress_lines_name_the_metric_and_the_stop_says_why(capsys):
     trainer = make_trainer(max_seconds=1e-9)
     trainer.fit()
     assert trainer.stop_description() == f"time limit reached ({1e-9 / 60:g} min) at step 0"
-    with pytest.raises(TypeError, match="metric_name must be a non-empty str"):
-        make_trainer(max_steps=1, metric_name="")
     with pytest.raises(TypeError, match="metric_format must be callable"):
         make_trainer(max_steps=1, metric_format="{:.2f}")
 
@@ -292,7 +291,7 @@ def test_bad_arguments_are_named():
                        ({"max_skips": "3"}, "max_skips must be a positive int"),
                        ({"target": "0.9", "eval_every": 1}, "target must be a finite number"),
                        ({"target": float("nan"), "eval_every": 1}, "target must be a finite number"),
-                       ({"target": 0.9}, "target needs eval_every"),              # never compared before the end
+                       ({"target": 0.9}, "target needs a metric_fn and eval_every"),  # never compared before the end
                        ({"valid_data": 5}, "valid_data must be a list of batches")]:
         with pytest.raises((ValueError, TypeError), match=match):
             make_trainer(max_steps=1, metric_fn=metric, **bad)
@@ -390,3 +389,81 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path)
     trainer.fit()
     assert trainer.step == 7
     assert not any(n.endswith(ck.TEMP_SUFFIX) for n in os.listdir(out))
+
+
+# ------------------------------------------------------------------------------------------ what a run records
+
+def test_validation_loss_weighs_every_target_token_alike():
+    """The mean over every non-pad target token of valid_data, not the mean of the batches' means."""
+    batches = [TASK.batch(seed=1, epoch=0, index=0, batch_size=2), TASK.batch(seed=1, epoch=0, index=1, batch_size=7)]
+    trainer = make_trainer(dropout=0.0, max_steps=1, valid_data=batches)
+    trainer.model.eval()
+    loss_fn, losses, counts = CrossEntropyLoss(0, 0.1), [], []
+    for b in batches:
+        losses.append(loss_fn(trainer.model(b.src, b.tgt_in), b.tgt_out))
+        counts.append(int((b.tgt_out != 0).sum()))
+    expected = float(np.dot(losses, counts) / sum(counts))
+    assert counts[0] != counts[1] and abs(expected - np.mean(losses)) > 1e-4      # the two means differ here
+    assert trainer.validation_loss() == pytest.approx(expected, rel=1e-12)
+    assert trainer.model.training                        # back in training mode
+
+
+def test_a_long_run_keeps_its_history_within_the_metadata_cap(tmp_path):
+    """1.5 million steps, and evaluations every 10: every step's row would take the metadata past the reader's cap;
+    the kept rows span the run evenly, the newest rows whole, and the checkpoint writes and reads back."""
+    from minitransformer.kit.running import train
+    from minitransformer.limits import MAX_META_BYTES
+
+    steps, every = 1_500_000, 10
+    trainer = make_trainer(tmp_path, max_steps=1)
+    rng = np.random.default_rng(0)
+    losses = rng.uniform(1.0, 9.0, steps)
+    for step in range(1, steps + 1):
+        train._append_bounded(trainer.history, (step, float(losses[step - 1]), 1e-3 / step ** 0.5, 12345.678 + step))
+        if step % every == 0:
+            train._append_bounded(trainer.valid_history, (step, float(losses[step - 1]), float("nan")), every)
+    recent, cap = train.RECENT_ROWS, train.HISTORY_ROWS + train.RECENT_ROWS
+    for rows, spacing in ((trainer.history, 1), (trainer.valid_history, every)):
+        kept = [r[0] for r in rows]
+        assert cap // 2 < len(rows) <= cap
+        assert kept[-recent:] == list(range(steps - spacing * (recent - 1), steps + 1, spacing))   # the newest whole
+        (gap,) = set(np.diff(kept[:-recent]))                                             # one stride ...
+        assert kept[0] == gap and kept[-recent - 1] > steps - spacing * recent - gap     # ... over the whole run
+        assert all(r[1] == losses[r[0] - 1] for r in rows)                                 # rows kept, not changed
+    row_bytes = len(json.dumps(trainer.history)) / len(trainer.history)
+    assert steps * row_bytes > MAX_META_BYTES                  # every row kept would not fit
+    trainer.step = steps
+    trainer.save()
+    saved = ck.load_checkpoint(os.path.join(tmp_path, ck.LATEST)).extra["trainer"]
+    assert saved["history"] == [list(r) for r in trainer.history]
+    assert len(json.dumps(saved)) < MAX_META_BYTES // 8
+
+
+def test_a_thinned_history_is_the_same_after_a_resume(tmp_path, monkeypatch):
+    """The thinning reads only the rows and the step: a run stopped and resumed keeps the very rows of one that
+    was never stopped (here with a cap of 4 rows and 3 newest, so 23 steps thin it three times)."""
+    from minitransformer.kit.running import train
+
+    monkeypatch.setattr(train, "HISTORY_ROWS", 4)
+    monkeypatch.setattr(train, "RECENT_ROWS", 3)
+    full = make_trainer(tmp_path / "full", max_steps=23, eval_every=2, metric_fn=lambda model: 0.5)
+    full.fit()
+    first = make_trainer(tmp_path / "split", max_steps=9, eval_every=2, metric_fn=lambda model: 0.5)
+    first.fit()
+    second = make_trainer(tmp_path / "split", seed=99, max_steps=23, eval_every=2, metric_fn=lambda model: 0.5)
+    second.resume(tmp_path / "split")
+    second.fit()
+    assert [h[0] for h in full.history] == [8, 16, 21, 22, 23]       # stride 8 by step 23, and the newest 3
+    assert [h[:3] for h in second.history] == [h[:3] for h in full.history]     # tokens/s is a timing
+    assert [v[0] for v in second.valid_history] == [v[0] for v in full.valid_history] == [8, 16, 20, 22, 23]
+    assert_same_weights(weights(second), weights(full))
+
+
+def test_resume_refuses_a_history_whose_steps_are_not_steps(tmp_path):
+    """The thinning divides the rows' steps: a saved row whose step is not a whole count is refused at resume."""
+    first = make_trainer(tmp_path, max_steps=3)
+    first.fit()
+    first.history[0] = (1.5, *first.history[0][1:])
+    first.save()
+    with pytest.raises(ValueError, match=r"history must be a list of \[4 numbers\] rows, a step first"):
+        make_trainer(tmp_path, max_steps=5).resume(tmp_path)

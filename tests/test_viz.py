@@ -114,18 +114,6 @@ def test_attention_heatmap_bad_rank_names_weights(shape):
         viz.attention_heatmap(np.full(shape, 0.5))
 
 
-def test_attention_heatmap_label_checks():
-    w = softmax_rows((3, 4))
-    with pytest.raises(ValueError, match="x_labels.*4.*got 3"):
-        viz.attention_heatmap(w, x_labels=TOKENS[:3])
-    with pytest.raises(ValueError, match="y_labels"):
-        viz.attention_heatmap(w, y_labels=TOKENS[:4])
-    with pytest.raises(TypeError, match="x_labels.*split"):
-        viz.attention_heatmap(w, x_labels="the cat sat on")
-    with pytest.raises(TypeError, match="weights"):
-        viz.attention_heatmap([["a", "b"], ["c", "d"]])
-
-
 # ----------------------------------------------------------------------------- attention_grid
 
 def test_attention_grid_one_layer_one_panel_per_head():
@@ -186,15 +174,9 @@ def test_attention_grid_batched_array_says_pick_a_sentence():
         viz.attention_grid(softmax_rows((2, 4, 3, 3)))
 
 
-def test_attention_grid_layer_checks():
-    with pytest.raises(ValueError, match="empty"):
-        viz.attention_grid([])
-    with pytest.raises(ValueError, match=r"attn\[1\]"):
-        viz.attention_grid([softmax_rows((2, 3, 3)), softmax_rows((2, 3, 4))])
-    with pytest.raises(ValueError, match=r"attn\[0\] must be 3-D"):
+def test_attention_grid_list_of_layers_of_the_wrong_rank_names_attn():
+    with pytest.raises(ValueError, match=r"attn must be \(H, Tq, Tk\) or a list over layers"):
         viz.attention_grid([softmax_rows((3, 3))])
-    with pytest.raises(ValueError, match="x_labels"):
-        viz.attention_grid(softmax_rows((2, 3, 3)), x_labels=TOKENS)
 
 
 # ----------------------------------------------------------------------------- masks
@@ -240,14 +222,9 @@ def test_mask_image_true_is_bright():
 
 def test_mask_image_bad_input_names_mask():
     combined = padding([[1, 2, 0], [1, 2, 3]]) & subsequent(3)            # (2,1,3,3)
-    with pytest.raises(ValueError, match=r"mask\[b\]"):
-        viz.mask_image(combined)
-    with pytest.raises(ValueError, match="mask must have shape"):
-        viz.mask_image(np.ones((2, 3, 3), dtype=bool))
-    with pytest.raises(ValueError, match="mask must be boolean"):
-        viz.mask_image(np.full((3, 3), 0.5))
-    with pytest.raises(ValueError, match="x_labels"):
-        viz.mask_image(subsequent(3), x_labels=TOKENS)
+    for bad in (combined, np.ones((2, 3, 3), dtype=bool), np.full((3, 3), 0.5), np.ones(3, dtype=bool)):
+        with pytest.raises(ValueError, match=r"mask_image: mask must be boolean .* of shape \(Tq, Tk\).*mask\[b\]"):
+            viz.mask_image(bad)
 
 
 def test_mask_image_accepts_zero_one_ints_and_device_arrays():
@@ -292,7 +269,7 @@ def test_positional_encoding_heatmap():
         assert im.get_clim() == (-1.0, 1.0) and im.get_cmap().name == "viridis"
         assert "position" in ax.get_ylabel() and "dimension" in ax.get_xlabel() and ax.get_title()
         assert len(colorbars(fig)) == 1
-    with pytest.raises(ValueError, match=r"pe must be 2-D \(T, D\)"):
+    with pytest.raises(ValueError, match=r"pe \(positions T, dimensions D\) must have 2 axes"):
         viz.positional_encoding_heatmap(pe[0])
     with pytest.raises(ValueError, match="pe"):
         viz.positional_encoding_heatmap(np.zeros((2, 3, 4)))
@@ -345,8 +322,6 @@ def test_lr_schedule_from_pair_and_log_scale():
         viz.lr_schedule((steps[:-1], noam(steps)))
     with pytest.raises(ValueError, match="lrs"):
         viz.lr_schedule(np.ones((3, 4)))
-    with pytest.raises(ValueError, match="logy"):
-        viz.lr_schedule([0.0, 1e-3], logy=True)
 
 
 def test_loss_curves_train_and_valid():
@@ -423,8 +398,6 @@ def test_loss_curves_bad_input():
         viz.loss_curves(np.ones((2, 3, 4)))
     with pytest.raises(ValueError, match="train"):
         viz.loss_curves([])
-    with pytest.raises(ValueError, match="logy"):
-        viz.loss_curves([1.0, -0.1], logy=True)
 
 
 # ----------------------------------------------------------------------------- gradient-check bars
@@ -446,23 +419,13 @@ def test_bar_errors():
     assert colors[0] == colors[1] == colors[2] != colors[3]             # only gamma fails
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
     assert len(panels(viz.bar_errors(dict(rows), bound=1e-4))[0].patches) == 4
-    with pytest.raises(ValueError, match="report_rows"):
-        viz.bar_errors([])
-    with pytest.raises(ValueError, match=r"report_rows\[0\]"):
-        viz.bar_errors([("x", 1e-9, "extra")])
-    with pytest.raises(ValueError, match="relative errors"):
-        viz.bar_errors([("x", float("nan"))])
-    for bound in (0, -1e-6, float("inf"), "1e-6"):            # was a bare "math domain error" for 0
-        with pytest.raises(ValueError, match=r"bar_errors: bound must be a positive number"):
+    for bound in (0, -1e-6, float("inf"), "1e-6"):            # 0 would be a bare "math domain error"
+        with pytest.raises(ValueError, match=r"bar_errors: bound must be a finite number > 0"):
             viz.bar_errors(rows, bound=bound)
 
 
-def test_curves_from_a_dict_need_numeric_steps():
-    with pytest.raises(ValueError, match=r"lr_schedule: lrs as a dict must map steps \(numbers\) to values"):
-        viz.lr_schedule({"a": 1.0})
-    with pytest.raises(ValueError, match=r"loss_curves: .* as a dict must map steps"):
-        viz.loss_curves({"1": 2.0, "x": 1.0})
-    (ax,) = panels(viz.lr_schedule({"2": 0.5, "1": 1.0}))      # JSON's string steps are fine
+def test_curves_from_a_dict_take_json_string_steps():
+    (ax,) = panels(viz.lr_schedule({"2": 0.5, "1": 1.0}))      # sorted as numbers
     assert ax.lines[0].get_xdata().tolist() == [1.0, 2.0]
 
 
@@ -495,8 +458,6 @@ def test_score_variance_figure_shows_the_variance_growing_and_fixed():
     again = viz.score_variance_figure(d_ks, rng=3, n_samples=10)
     same = viz.score_variance_figure(d_ks, rng=3, n_samples=10)
     assert [p.get_height() for p in panels(again)[0].patches] == [p.get_height() for p in panels(same)[0].patches]
-    with pytest.raises(TypeError, match="rng"):
-        viz.score_variance_figure(d_ks, rng="seed")
     with pytest.raises(ValueError, match="d_k_values"):
         viz.score_variance_figure((0, 4))
 

@@ -27,7 +27,7 @@ from minitransformer import limits
 from minitransformer.kit.data import toy_grammar
 from minitransformer.kit.running.files import open_regular
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]       # minitransformer/kit/data/datasets.py -> the repository
 TOY_DIR = REPO_ROOT / "data" / "toy"
 TOY_SPLITS = toy_grammar.SPLITS
 
