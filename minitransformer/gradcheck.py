@@ -69,7 +69,7 @@ class Row:
 class GradcheckReport:
     """The result of ``check``: one row per input and parameter, printable as a table.
 
-    rel_error of a tensor = max_i |a_i - n_i| / max(floor, max_i |a_i| + max_i |n_i|),
+    rel_error of a tensor = max_i |a_i - n_i| / max(1e-8, floor, max_i |a_i| + max_i |n_i|),
     the analytic gradient a against the numeric one n, over the entries checked (CS231n's measure, taken over
     the tensor). floor = noise / tolerance, where noise = 2^-52 * sum|f * g| / eps bounds the rounding of the
     difference quotient: a gradient smaller than the floor is judged by its absolute error, so a gradient that
@@ -238,7 +238,7 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
         a = analytic.reshape(-1)[picks]
         diff = numpy.abs(a - numeric)
         worst = int(numpy.argmax(diff)) if len(picks) else 0
-        scale = max(noise / tolerance, float(numpy.abs(a).max(initial=0.0) + numpy.abs(numeric).max(initial=0.0)))
+        scale = max(1e-8, noise / tolerance, float(numpy.abs(a).max(initial=0.0) + numpy.abs(numeric).max(initial=0.0)))
         raw = left[name].reshape(-1)[picks] if name in left else None     # assigned: raw equals the gradient
         assigned = raw is not None and diff.max(initial=0.0) / scale >= tolerance and \
             numpy.abs(raw - numeric).max(initial=0.0) / scale < tolerance
