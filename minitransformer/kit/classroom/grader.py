@@ -47,16 +47,17 @@ class Failed(Exception):
     """A one-line reason an exercise fails."""
 
 
-def one_line(err: BaseException) -> str:
-    """'ValueError: ...', the first line of the error's message."""
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+def describe(err: BaseException, root: str = "") -> tuple:
+    """('ValueError: ...', ' (layers/linear.py line 47)'): the error's first line, and the last line of the
+    student's code (under root) it passed through."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    where = [f for f in traceback.extract_tb(err.__traceback__) if root and f.filename.startswith(root)]
+    place = f" ({Path(where[-1].filename).relative_to(root)} line {where[-1].lineno})" if where else ""
+    return f"{type(err).__name__}: {text.replace(f'{root}/', '') if root else text}"[:300], place
 
 
-def place(err: BaseException, root: str) -> str:
-    """' (layers/linear.py line 47)': the last line of the student's code the error passed through."""
-    where = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(root)]
-    return f" ({Path(where[-1].filename).relative_to(root)} line {where[-1].lineno})" if where else ""
+def one_line(err: BaseException, root: str = "") -> str:
+    return "".join(describe(err, root))
 
 
 def load(exercise, package_dir: Path) -> dict:
@@ -71,7 +72,7 @@ def load(exercise, package_dir: Path) -> dict:
         try:
             exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
         except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
-            raise Failed(f"{file} does not load: {one_line(err)}{place(err, str(package_dir))}") from None
+            raise Failed(f"{file} does not load: {one_line(err, str(package_dir))}") from None
         mine = namespace.get(cls_name)
         names = method_names(reference, method)
         if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
@@ -96,31 +97,35 @@ def run(module, inputs, subs, trial, root="") -> dict:
     m = swap(copy.deepcopy(module), subs)
     names = list(inspect.signature(type(module).forward).parameters)[1:]
     xs = [x.copy() if isinstance(x, numpy.ndarray) else x for x in inputs]
+
+    def unchanged(stage):
+        changed = [n for n, x, y in zip(names, xs, inputs) if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y)]
+        if changed:
+            raise Failed(f"{stage} changed the input {changed[0]} in place (the caller still holds it)")
+
     stage = "forward"
     try:
         backend.set_rng_state(trial["before"])
         out = m(*xs)
         if not isinstance(out, numpy.ndarray) or out.shape != trial["out_shape"]:
             raise Failed(f"forward returned {getattr(out, 'shape', type(out).__name__)}, expected shape {trial['out_shape']}")
-        changed = [n for n, x, y in zip(names, xs, inputs) if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y)]
-        if changed:
-            raise Failed(f"forward changed its input {changed[0]} in place")
-        tensors = {"out": out.copy()}
-        stage = "backward"
-        trial.setdefault("after", backend.get_rng_state())
-        backend.set_rng_state(trial["after"])
+        unchanged(stage)
+        tensors, stage = {"out": out.copy()}, "backward"
+        backend.set_rng_state(trial.setdefault("after", backend.get_rng_state()))
         for name, p in m.named_parameters():
             p.grad[...] = trial["grad"][name]
         dout = trial["dout"].copy()
         grads = m.backward(dout)
         if not numpy.array_equal(dout, trial["dout"]):
             raise Failed("backward changed dout in place (write dout * 2, not dout *= 2: the caller still needs it)")
-        grads = grads if isinstance(grads, tuple) else (grads,)
+        unchanged(stage)
+        grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         for i, (name, x) in enumerate(zip(names, inputs)):
             if isinstance(x, numpy.ndarray) and x.dtype.kind == "f":
                 g = grads[i] if i < len(grads) else None
                 if not isinstance(g, numpy.ndarray) or g.shape != x.shape:
-                    raise Failed(f"backward returned {getattr(g, 'shape', g)} for d{name}, expected shape {x.shape}")
+                    got = g.shape if isinstance(g, numpy.ndarray) else type(g).__name__
+                    raise Failed(f"backward returned {got} for d{name}, expected an array of shape {x.shape}")
                 tensors[f"d{name}"] = g.copy()
         tensors.update((f"{name}.grad", p.grad.copy()) for name, p in m.named_parameters())
         bad = [n for n, t in tensors.items() if not numpy.isfinite(t).all()]
@@ -132,19 +137,20 @@ def run(module, inputs, subs, trial, root="") -> dict:
     except NotImplementedError as err:
         return {"error": (stage, f"not written yet ({err})")}
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise
-        return {"error": (stage, one_line(err)), "where": place(err, root) if root else ""}
+        message, where = describe(err, root)                # the message alone is compared with the mistakes'
+        return {"error": (stage, message), "where": where}
 
 
-def differs(mine: dict, expected: dict, tolerance: float = MATCH):
+def differs(mine: dict, expected: dict, only=None):
     """The worst disagreement '(tensor, index, yours, expected, error)' over the tensors of both, or None."""
     worst = None
     for name, b in expected.items():
-        if name == "error" or name not in mine:
+        if name == "error" or name not in mine or only and name not in only:
             continue
         a = mine[name]
         diff = numpy.abs(a - b)
         err = float(diff.max(initial=0.0)) / max(1e-8, float(numpy.abs(a).max(initial=0) + numpy.abs(b).max(initial=0)))
-        if err >= tolerance and (worst is None or err > worst[4]):
+        if err >= MATCH and (worst is None or err > worst[4]):
             i = numpy.unravel_index(int(numpy.argmax(diff)), a.shape) if a.shape else ()
             worst = (name, [int(j) for j in i], float(a[i]), float(b[i]), err)
     return worst
@@ -178,7 +184,7 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
         stage, reason = mine.get("error", (None, None))
         reason = reason and reason + mine.get("where", "")
         if stage is None:
-            worst = differs(mine, reference)
+            worst = differs(mine, reference, only=("out",)) or differs(mine, reference)
             if worst is not None:
                 stage = "forward" if worst[0] == "out" else "backward"
                 reason = f"{worst[0]}{worst[1]}: yours {worst[2]:.6g}, expected {worst[3]:.6g} (relative error {worst[4]:.1e})"
@@ -192,11 +198,11 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
         if stage is None:
             continue
         # A mistake is named when it gives what the student's code gives (tensors or error) on every case.
-        named = [m.says for m in CATALOGUE if m.exercise == exercise.name and m.visible and
-                 all(same(r[5], run(r[1], r[2], build(m), r[3])) for r in runs)]
-        output = [f"case '{label}': {stage} fails: {reason}", *[f"this looks like: {n}" for n in named[:1]], table]
+        named = next((m.says for m in CATALOGUE if m.exercise == exercise.name and m.visible and
+                      all(same(r[5], run(r[1], r[2], build(m), r[3])) for r in runs)), None)
+        output = [f"case '{label}': {stage} fails: {reason}", named and f"this looks like: {named}", table]
         return {"forward": "FAIL" if stage == "forward" else "ok" if has_forward else "given",
-                "backward": "FAIL", "diagnosis": named[0] if named else reason, "output": "\n".join(filter(None, output))}
+                "backward": "FAIL", "diagnosis": named or reason, "output": "\n".join(filter(None, output))}
     return {"forward": "ok" if has_forward else "given", "backward": "ok", "diagnosis": "",
             "output": "every case agrees with the reference and with central differences"}
 
@@ -206,10 +212,9 @@ def grade_training(package_dir: Path, seed: int) -> dict:
     sys.path.insert(0, str(package_dir.parent))
     try:
         figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
-    except NotImplementedError as err:
-        return {"forward": "-", "backward": "FAIL", "diagnosis": f"not written yet ({err})", "output": f"not written yet ({err})"}
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises
-        reason = f"training stopped: {one_line(err)}{place(err, str(package_dir))}"
+        reason = f"not written yet ({err})" if isinstance(err, NotImplementedError) else \
+            f"training stopped: {one_line(err, str(package_dir))}"
         return {"forward": "-", "backward": "FAIL", "diagnosis": reason, "output": reason}
     learned = figures["exact_match"] >= LEARNS
     text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new strings "
@@ -228,7 +233,7 @@ def _child(conn, name: str, package_dir: str, seed: int) -> None:
             result = grade_training(Path(package_dir), seed) if name == TRAIN.name else \
                 grade_exercise(EXERCISES[name], Path(package_dir), seed)
         except BaseException as err:  # noqa: BLE001 - the grader's own safety net: the exercise fails, the grader goes on
-            reason = one_line(err) + place(err, package_dir)
+            reason = one_line(err, package_dir)
             result = {"forward": "FAIL", "backward": "FAIL", "diagnosis": reason, "output": reason}
     lines = printed.getvalue().count("\n")
     if lines:
@@ -270,7 +275,8 @@ def isolated(names: list, package_dir: Path, seed: int, timeout: float, workers:
 
 
 def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> dict:
-    """Grade the assignment in `directory` (as `classroom make` wrote it): the Gradescope results, plus a scorecard."""
+    """Grade the assignment in `directory` (as `classroom make` wrote it): Gradescope's results.json (score,
+    execution_time, output, and tests, each with name, score, max_score, output), plus "scorecard", a table."""
     directory = Path(directory)
     manifest = directory / "assignment.json"
     if not (directory / PACKAGE).is_dir() or not manifest.is_file():
@@ -292,9 +298,9 @@ def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> 
         r.update(name=e.name, part=e.part, points=e.points if passed else 0)
         tests.append({"name": f"part {e.part}: {e.name}", "score": r["points"], "max_score": e.points,
                       "output": r["output"]})
-    return {"score": sum(t["score"] for t in tests), "max_score": sum(t["max_score"] for t in tests),
-            "tests": tests, "output": f"graded with seed {seed} in {time.monotonic() - started:.1f} s",
-            "scorecard": scorecard([results[e.name] for e in exercises])}
+    seconds = time.monotonic() - started
+    return {"score": sum(t["score"] for t in tests), "execution_time": round(seconds), "tests": tests,
+            "output": f"graded with seed {seed} in {seconds:.1f} s", "scorecard": scorecard([results[e.name] for e in exercises])}
 
 
 def scorecard(rows: list) -> str:

@@ -205,6 +205,6 @@ def make(directory, exercises=None, solutions: bool = False) -> list:
         name = f"part{part}_{PARTS[part].split(',')[0].replace(' ', '_')}.ipynb"
         (directory / name).write_text(json.dumps(notebook(part, [e for e in chosen if e.part == part]), indent=1))
     (directory / "assignment.json").write_text(json.dumps(
-        {"package": PACKAGE, "exercises": [e.name for e in chosen], "solutions": solutions,
+        {"package": PACKAGE, "exercises": [e.name for e in chosen],
          "made_by": f"minitransformer {minitransformer.__version__}"}, indent=1) + "\n")
     return chosen

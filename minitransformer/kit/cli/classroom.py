@@ -62,7 +62,7 @@ def cmd_classroom(args) -> int:
     except FileNotFoundError as err:
         raise CLIError(str(err)) from None
     print(results.pop("scorecard"))
-    print(f"score {results['score']}/{results['max_score']}, {results['output']}")
+    print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
     for test in results["tests"]:
         if test["score"] < test["max_score"]:
             print(f"\n{test['name']}:\n{test['output']}")
