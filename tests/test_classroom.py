@@ -150,7 +150,7 @@ PATHOLOGIES = {   # exercise: (text in its file, what replaces it, what the grad
              "your code printed"),
     "softmax": ("return p * (dout -", "return 0 * numpy.nan * p * (dout -", "NaN or inf in dx"),
     "dropout": ("return dout if scaled_mask is None else dout * scaled_mask",
-                "return (dout if scaled_mask is None else dout * scaled_mask)[:, 1:]", "for dx, expected shape"),
+                "return (dout if scaled_mask is None else dout * scaled_mask)[:, 1:]", "for dx, expected an array of shape (3, 5, 6)"),
     "embedding": ("ids = self.saved(dout).ids ", "ids = self.saved(dout).ids\n        dout *= 2\n       ",
                   "backward changed dout in place"),
     "feedforward": ("self.saved(dout)\n        dh", "import os; os._exit(3)\n        dh", "ended without a result"),
