@@ -212,3 +212,16 @@ def test_bad_input_gets_a_one_line_error(tmp_path, capsys):
     assert main(["classroom", "make", str(tmp_path / "new"), "--exercises", "linear,lstm"]) == 2
     assert "--exercises must name exercises among" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_the_part_notebooks_run_on_the_solutions(copies):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    for path in sorted((copies / "solutions").glob("part*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                resources={"metadata": {"path": str(copies / "solutions")}}).execute()
+        printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+        assert "FAIL" not in printed and "PASS" in printed, (path.name, printed[-500:])
