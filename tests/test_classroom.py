@@ -2,6 +2,7 @@
 solutions get full marks on twenty seeds, a blank copy gets zero and a clean report, `make` then `grade`
 round-trips, and whatever a student's code does costs that exercise only."""
 
+import ast
 import collections
 import difflib
 import json
@@ -12,9 +13,10 @@ import sys
 
 import pytest
 
-from minitransformer.kit.classroom import CATALOGUE, EXERCISES, TRAIN, plant
+from minitransformer.kit.classroom import CATALOGUE, EXERCISES, TRAIN
 from minitransformer.kit.classroom.grader import PACKAGE, grade, grade_exercise
 from minitransformer.kit.classroom.maker import make
+from minitransformer.kit.classroom.mistakes import method_names, module_of
 from minitransformer.kit.cli import main
 
 
@@ -34,6 +36,26 @@ def solutions(copies, tmp_path, name="student"):
 
 def by_name(results):
     return {t["name"].split(": ", 1)[1]: t for t in results["tests"]}
+
+
+def plant(mistake, package_dir) -> None:
+    """Make the mistake in a student's copy (package_dir = DIR/transformer), in the code of its method."""
+    for file, cls_name, method in EXERCISES[mistake.exercise].targets:
+        path = package_dir / file
+        lines = path.read_text().splitlines(keepends=True)
+        cls = next(n for n in ast.parse("".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in method_names(getattr(module_of(file), cls_name), method):
+                text = "".join(lines[fn.lineno - 1:fn.end_lineno])
+                for old, new in mistake.patches:
+                    at = text.rfind(old)                         # in code, not in the hint that may quote it
+                    while at >= 0 and "#" in text[text.rfind("\n", 0, at) + 1:at]:
+                        at = text.rfind(old, 0, at)
+                    if at >= 0:
+                        lines[fn.lineno - 1:fn.end_lineno] = [text[:at] + new + text[at + len(old):]]
+                        path.write_text("".join(lines))
+                        return
+    raise LookupError(f"mistake {mistake.name!r}: its text is not in {package_dir}")
 
 
 def test_the_assignment_holds_the_core_in_its_layout_and_imports_alone(copies):

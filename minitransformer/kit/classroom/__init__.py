@@ -8,6 +8,6 @@
 from .exercises import EXERCISES, PARTS, TRAIN, choose
 from .grader import grade
 from .maker import make
-from .mistakes import CATALOGUE, Mistake, build, plant
+from .mistakes import CATALOGUE, Mistake, build
 
-__all__ = ["CATALOGUE", "EXERCISES", "PARTS", "TRAIN", "Mistake", "build", "choose", "grade", "make", "plant"]
+__all__ = ["CATALOGUE", "EXERCISES", "PARTS", "TRAIN", "Mistake", "build", "choose", "grade", "make"]

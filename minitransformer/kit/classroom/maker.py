@@ -36,46 +36,6 @@ from .loss import CrossEntropyLoss
 from .model import Transformer, TransformerConfig
 from .module import Module, ModuleList, Parameter
 '''
-CHECK = '''"""Check your exercises yourself:  python check.py [EXERCISE ...]   (every exercise by default)
-
-Each exercise's layer is built from YOUR package on the inputs the grader uses (cases.py) and its backward is
-compared with central differences (transformer/gradcheck.py): a table per case, and PASS or FAIL. The grader
-also compares your forward and backward with the reference, and names the mistake when it recognises it.
-"""
-
-import sys
-
-import numpy
-
-import transformer as mt
-from cases import cases
-
-EXERCISES = {exercises}
-
-
-def check(name: str, seed: int = 0) -> bool:
-    mt.set_default_dtype("float64")
-    mt.manual_seed(seed)
-    passed = True
-    for label, module, inputs in cases(mt, name, numpy.random.default_rng(seed)):
-        try:
-            report = mt.gradcheck.check(module, *inputs, seed=seed)
-        except NotImplementedError as err:
-            print(f"{{name}}: not written yet ({{err}})")
-            return False
-        print(f"{{name}}, {{label}}:\\n{{report}}\\n")
-        passed = passed and report.ok
-    return passed
-
-
-if __name__ == "__main__":
-    names = sys.argv[1:] or list(EXERCISES)
-    unknown = [n for n in names if n not in EXERCISES]
-    if unknown:
-        sys.exit(f"check.py: unknown exercise {{unknown[0]!r}}; choose among {{', '.join(EXERCISES)}}")
-    failed = [n for n in names if not check(n)]
-    print("all passed" if not failed else f"not yet: {{', '.join(failed)}}")
-'''
 
 
 def core_files() -> list:
@@ -197,9 +157,8 @@ def make(directory, exercises=None, solutions: bool = False) -> list:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(stub((root / file).read_text(), file, chosen, solutions))
     (directory / PACKAGE / "__init__.py").write_text(INIT)
-    shutil.copyfile(here / "cases.py", directory / "cases.py")
-    shutil.copyfile(here / "train_copy.py", directory / "train_copy.py")
-    (directory / "check.py").write_text(CHECK.format(exercises=repr({e.name: e.sentence for e in chosen})))
+    for file in ("cases.py", "check.py", "train_copy.py"):
+        shutil.copyfile(here / file, directory / file)
     (directory / "README.md").write_text(readme(chosen))
     for part in sorted({e.part for e in chosen}):
         name = f"part{part}_{PARTS[part].split(',')[0].replace(' ', '_')}.ipynb"

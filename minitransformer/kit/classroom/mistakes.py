@@ -9,7 +9,6 @@ made that mistake. Some mistakes no gradient check can see: they are listed with
 
 from __future__ import annotations
 
-import ast
 import importlib
 import inspect
 import textwrap
@@ -134,26 +133,6 @@ def build(mistake: Mistake) -> dict:
                     return {cls: type(cls_name, (cls,), {name: namespace[name]})}
     raise LookupError(f"mistake {mistake.name!r}: none of {[o for o, _ in mistake.patches]} occurs once in "
                       f"the methods of exercise {mistake.exercise!r}")
-
-
-def plant(mistake: Mistake, package_dir) -> None:
-    """Make the mistake in a student's copy (package_dir = DIR/transformer): for tests and demonstrations."""
-    for file, cls_name, method in EXERCISES[mistake.exercise].targets:
-        path = package_dir / file
-        lines = path.read_text().splitlines(keepends=True)
-        cls = next(n for n in ast.parse("".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
-        for fn in cls.body:
-            if isinstance(fn, ast.FunctionDef) and fn.name in method_names(getattr(module_of(file), cls_name), method):
-                text = "".join(lines[fn.lineno - 1:fn.end_lineno])
-                for old, new in mistake.patches:
-                    at = text.rfind(old)                         # in code, not in the hint that may quote it
-                    while at >= 0 and "#" in text[text.rfind("\n", 0, at) + 1:at]:
-                        at = text.rfind(old, 0, at)
-                    if at >= 0:
-                        lines[fn.lineno - 1:fn.end_lineno] = [text[:at] + new + text[at + len(old):]]
-                        path.write_text("".join(lines))
-                        return
-    raise LookupError(f"mistake {mistake.name!r}: its text is not in {package_dir}")
 
 
 def catalogue_text() -> str:
