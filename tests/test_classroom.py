@@ -79,7 +79,7 @@ def test_stubs_keep_the_docstring_shapes_and_a_hint(copies):
     text = (copies / "blank" / PACKAGE / "layers" / "linear.py").read_text()
     assert '"""out = x W + b, applied to the last axis.' in text                       # the class docstring
     assert "def backward(self, dout):                                   # dout (..., out) -> dx (..., in)" in text
-    assert "# EXERCISE linear (part 1)" in text and "dW = x^T dout" in text
+    assert "# EXERCISE linear (part 1)" in text and "dA = dC B^T" in text
     assert 'raise NotImplementedError("Linear.backward: exercise linear, yours to write")' in text
     assert "self.W.grad +=" not in text                                               # the body is gone
     assert "out = x @ self.W.data" in text                                            # the forward is not

@@ -33,28 +33,30 @@ def _ex(name, part, file, cls, sentence, hint, method="backward", more=()):
 
 BACKWARD = [
     _ex("linear", 1, "layers/linear.py", "Linear", "The backward of out = x W + b: dx, and dW and db added into .grad.",
-        "dW = x^T dout and db = sum of dout, both over every row (N = B*T); dx = dout W^T. ADD (+=) into .grad."),
+        "for C = A B, dA = dC B^T and dB = A^T dC; flatten (B,T,in) into N = B*T rows first, since every row "
+        "adds its own share to dW and db. ADD (+=) into .grad."),
     _ex("relu", 1, "layers/activations.py", "ReLU", "The backward of max(0, x): the gradient passes where x > 0.",
-        "dx = dout * 1[x > 0]; the cache holds where x > 0."),
+        "the slope is 1 where x > 0 and 0 elsewhere; the cache says where."),
     _ex("softmax", 1, "layers/activations.py", "Softmax", "The backward of softmax along an axis, without "
-        "building the Jacobian.", "dx = p * (dout - sum(p * dout)), the sum along self.axis, kept as a size-1 axis."),
+        "building the Jacobian.", "dp_i/dx_j = p_i (delta_ij - p_j);"
+        " summed against dout it needs one product and one sum along self.axis (keepdims=True), no matrix."),
     _ex("dropout", 1, "layers/dropout.py", "Dropout", "The backward of inverted dropout: through the mask the "
-        "forward drew.", "dx = dout * m / (1 - p) with forward's own mask (the cache), never a new one."),
+        "forward drew.", "forward's own scaled mask is in the cache; a new mask would be another function."),
     _ex("embedding", 1, "layers/embedding.py", "Embedding", "The backward of a lookup table: a scatter-add of "
         "each token's gradient into its row, repeated ids summed.",
-        "dE[id] += sqrt(d_model) * dout at every position holding id; a repeated id gets the SUM "
-        "(backend.scatter_add), and dE[ids] += rows keeps only one of them."),
+        "a token that appears k times gets the sum of k rows: backend.scatter_add does that, while "
+        "dE[ids] += rows keeps one of them. Forward multiplied by self.scale."),
     _ex("feedforward", 1, "layers/feedforward.py", "PositionwiseFeedForward", "The backward of "
         "FFN(x) = max(0, x W1 + b1) W2 + b2, through the four child layers in reverse.",
         "call each child's backward in the reverse order of forward: W2, dropout, ReLU, W1."),
     _ex("layernorm", 2, "layers/layernorm.py", "LayerNorm", "The backward of layer normalisation: dgamma, "
         "dbeta and dx through the mean and the variance.",
-        "g = dout * gamma; dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), means over the last axis; "
-        "dgamma = sum dout * x_hat, dbeta = sum dout over every position."),
+        "x_hat depends on x three ways: directly, through the mean and through the variance; follow each path "
+        "from g = dL/dx_hat = dout * gamma and add. dgamma and dbeta sum over every position."),
     _ex("attention", 2, "layers/attention.py", "ScaledDotProductAttention", "The backward of "
         "softmax(Q K^T / sqrt(d_k)) V with masks and dropout, through each step in reverse.",
-        "dV = A^T dout; dA = dout V^T (through dropout); dS = softmax backward (then Mask's); times the scale; "
-        "dQ = dS K, dK = dS^T Q."),
+        "go back through forward's steps in reverse (A V, dropout, softmax, Mask, the scale, Q K^T), each child "
+        "layer's backward in turn; for C = A B, dA = dC B^T and dB = A^T dC."),
     _ex("multihead", 2, "layers/attention.py", "MultiHeadAttention", "The backward of multi-head attention: "
         "W_o, the heads, attention and the three projections.",
         "split_heads undoes merge_heads and back: go through W_o, attention, then W_q, W_k, W_v; return "
@@ -76,7 +78,8 @@ BACKWARD = [
                                 ("model.py", "Decoder", "backward"))),
     _ex("loss", 3, "loss.py", "CrossEntropyLoss", "The backward of the label-smoothed cross-entropy, "
         "mean over the real tokens.",
-        "dlogits = (p - (1 - eps) one_hot(t) - eps / V) / count on real tokens, 0 on padding."),
+        "d(-log p_t)/dlogits = p - one_hot(t); smoothing mixes one_hot(t) with the uniform eps / V; the mean "
+        "over real tokens divides by their count, and padding gets nothing."),
 ]
 
 FORWARD = [
