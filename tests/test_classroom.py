@@ -178,6 +178,7 @@ PATHOLOGIES = {   # exercise: (text in its file, what replaces it, what the grad
     "feedforward": ("self.saved(dout)\n        dh", "import os; os._exit(3)\n        dh", "ended without a result"),
     "layernorm": ("g = dout * self.gamma.data ", "g = dout * self.gamma.data +\n", "does not load: SyntaxError"),
     "loss": ("N, V = p.shape", "N, V = p.shape)", "does not load"),
+    "multihead": ("self.saved(dout)\n        # 3. Back", "# 3. Back", "left the forward's cache of the module unused"),
 }
 
 
@@ -190,14 +191,14 @@ def test_what_a_students_code_does_costs_that_exercise_only(copies, tmp_path):
             text = text.replace("from .. import backend, checks", "import numpy\n\nfrom .. import backend, checks")
         body = text.rindex(old)                               # in the code, after the hint
         path.write_text(text[:body] + new + text[body + len(old):])
-    graded = [*PATHOLOGIES, "multihead", "sublayer"]           # the model's exercises are slow on a busy machine
+    graded = [*PATHOLOGIES, "attention", "sublayer"]           # the model's exercises are slow on a busy machine
     manifest = json.loads((folder / "assignment.json").read_text())
     (folder / "assignment.json").write_text(json.dumps({**manifest, "exercises": graded}))
     tests = by_name(grade(folder, timeout=8))
     for exercise, (_, _, says) in PATHOLOGIES.items():
         assert says in tests[exercise]["output"], (exercise, tests[exercise]["output"])
         assert tests[exercise]["score"] == (10 if exercise == "relu" else 0), exercise
-    for name in ("multihead", "sublayer"):                    # they use the reference's LayerNorm and Linear
+    for name in ("attention", "sublayer"):                    # they use the reference's Softmax, LayerNorm...
         assert tests[name]["score"] == 10, tests[name]["output"]
 
 

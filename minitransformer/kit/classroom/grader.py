@@ -119,6 +119,10 @@ def run(module, inputs, subs, trial, root="") -> dict:
         if not numpy.array_equal(dout, trial["dout"]):
             raise Failed("backward changed dout in place (write dout * 2, not dout *= 2: the caller still needs it)")
         unchanged(stage)
+        unused = [name or "the module" for name, part in m.named_modules()
+                  if part._cache is not None or getattr(getattr(part, "loss_fn", None), "cache", None) is not None]
+        if unused:      # the next forward in training would raise: each forward is followed by one backward
+            raise Failed(f"backward left the forward's cache of {unused[0]} unused (each backward takes it back once)")
         grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         for i, (name, x) in enumerate(zip(names, inputs)):
             if isinstance(x, numpy.ndarray) and x.dtype.kind == "f":
