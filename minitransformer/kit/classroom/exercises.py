@@ -90,7 +90,8 @@ FORWARD = [
                                     "multihead", "feedforward", "loss")
 ]
 
-EXERCISES = {e.name: e for e in BACKWARD + FORWARD}
+# Part by part, each forward before its backward: the order a student works in.
+EXERCISES = {e.name: e for b in BACKWARD for e in [*(f for f in FORWARD if f.base == b.name), b]}
 DEFAULT = [e.name for e in BACKWARD]
 TRAIN = Exercise("train", 3, (), "Train the model you wrote on the copy task (train_copy.py): it must learn "
                  "(90% exact match on new strings).", "", points=10)

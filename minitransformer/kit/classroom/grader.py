@@ -309,9 +309,9 @@ def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> 
 
 
 def scorecard(rows: list) -> str:
-    head = f"{'exercise':<18} {'part':>4}  {'forward':<7}  {'backward':<8}  {'points':>6}  diagnosis"
+    head = f"{'exercise':<20} {'part':>4}  {'forward':<7}  {'backward':<8}  {'points':>6}  diagnosis"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['name']:<18} {r['part']:>4}  {r['forward']:<7}  {r['backward']:<8}  {r['points']:>6}  "
+        lines.append(f"{r['name']:<20} {r['part']:>4}  {r['forward']:<7}  {r['backward']:<8}  {r['points']:>6}  "
                      f"{r['diagnosis'][:160]}")
     return "\n".join(lines)
