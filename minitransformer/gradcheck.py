@@ -203,7 +203,8 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
     reference = [o.copy() for o in outputs]
     # The rounding of L's difference: about 2^-52 of sum|f * g|, over the outputs that move (a masked score,
     # -1e9, is a constant and rounds the same at every forward).
-    noise = 2.0**-52 * sum(float((abs(o) * (abs(o) < 1e8) * abs(g)).sum()) for o, g in zip(outputs, upstream)) / eps
+    moving = [xp.where(xp.abs(o) < 1e8, xp.abs(o), 0.0) for o in outputs]
+    noise = 2.0**-52 * sum(float((m * xp.abs(g)).sum()) for m, g in zip(moving, upstream)) / eps
 
     def loss() -> float:
         return float(sum(float(((o - r) * g).sum()) for o, r, g in zip(run_forward(), reference, upstream)))

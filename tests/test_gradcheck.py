@@ -66,6 +66,8 @@ def test_every_layer_passes_on_100_random_seeds_and_shapes(float64):
 
 
 def test_every_case_of_the_gradcheck_command_passes_on_other_seeds(float64):
+    if mt.get_backend() != "numpy":
+        pytest.skip("the comparison layers (Conv1d's padding) need NumPy or CuPy itself")
     for seed in (1, 2):
         mt.manual_seed(seed)
         for label, module, inputs in gradcheck_cases(np.random.default_rng(seed)):
