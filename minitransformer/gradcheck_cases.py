@@ -87,14 +87,15 @@ class _SelfAttention(Module):
 
 class _Residual(Module):
     """The paper's sublayer connection around a feed-forward network, as EncoderLayer uses it:
-    forward(x) = LayerNorm(x + Dropout(FFN(x))); backward adds the path around the FFN to the path through it."""
+    forward(x) = LayerNorm(x + Dropout(FFN(x))) (or x + Dropout(FFN(LayerNorm(x))) with norm_first);
+    backward adds the path around the FFN to the path through it."""
 
-    def __init__(self, d_model, d_ff):
+    def __init__(self, d_model, d_ff, norm_first=False):
         from . import layers
 
         super().__init__()
         self.ffn = layers.PositionwiseFeedForward(d_model, d_ff)
-        self.sublayer = layers.SublayerConnection(d_model, dropout=0.3)
+        self.sublayer = layers.SublayerConnection(d_model, dropout=0.3, norm_first=norm_first)
 
     def forward(self, x):
         out = self.sublayer(x, self.ffn)                                       # (B,T,D)

@@ -44,6 +44,7 @@ import sys
 from minitransformer.fast.threads import blas_threads, set_blas_threads
 from minitransformer.kit.running.train import NonFiniteError
 
+from .classroom import cmd_classroom  # classroom
 from .common import CLIError
 from .download import cmd_download
 from .evaluate import cmd_evaluate
@@ -54,6 +55,7 @@ from .translate import cmd_translate
 
 COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "gradcheck": cmd_gradcheck,
             "download": cmd_download}
+COMMANDS["classroom"] = cmd_classroom  # classroom
 
 __all__ = ["COMMANDS", "CLIError", "build_parser", "main"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from .classroom import add_classroom_parser
 from .defaults import PRESETS, TASKS
 
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate(sub)
     _add_gradcheck(sub)
     _add_download(sub)
+    add_classroom_parser(sub, _positive_int, _non_negative_int, _positive_float)  # classroom
     return parser
 
 

@@ -1,0 +1,318 @@
+"""Grading an assignment: the student's methods, one exercise at a time, against the reference and the catalogue.
+
+For an exercise, the grader reads the student's file, takes the methods the exercise names and puts them on a
+subclass of the reference class; every other piece of the model stays the reference, so one mistake costs one
+exercise. On each of the exercise's cases (cases.py) it runs, in float64:
+  - the forward, against the reference's output (odd sizes, padding, masks);
+  - the backward with .grad pre-filled at random (so "=" for "+=" shows) and a random dout, against the
+    reference backward, every input and parameter gradient; and the gradient check (central differences);
+  - when the backward fails, every mutant of the mistake catalogue for that exercise on the same inputs: a student
+    whose gradients (or error) equal a mutant's is told which mistake it is.
+Each exercise runs in a process of its own with a time limit: an infinite loop, an exception, a NaN, a wrong shape,
+an input changed in place or a printout costs that exercise, never the grader. Part 3 ends with the copy task,
+trained with the student's whole package (train_copy.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import inspect
+import io
+import json
+import multiprocessing
+import multiprocessing.connection
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy
+
+from minitransformer import backend, gradcheck
+
+from . import train_copy
+from .cases import cases
+from .exercises import EXERCISES, TRAIN
+from .mistakes import CATALOGUE, build, method_names, module_of
+
+PACKAGE = "transformer"      # DIR/transformer/: the student's copy of the core
+MATCH = 1e-6                 # relative agreement with the reference (a pass) or with a mistake (a diagnosis)
+FD_ENTRIES = 12              # entries per tensor checked by central differences (the reference check sees all)
+LEARNS = 0.9                 # exact match on new strings that counts as learning the copy task
+
+
+class Failed(Exception):
+    """A one-line reason an exercise fails."""
+
+
+def describe(err: BaseException, root: str = "") -> tuple:
+    """('ValueError: ...', ' (layers/linear.py line 47)'): the error's first line, and the last line of the
+    student's code (under root) it passed through."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    where = [f for f in traceback.extract_tb(err.__traceback__) if root and f.filename.startswith(root)]
+    place = f" ({Path(where[-1].filename).relative_to(root)} line {where[-1].lineno})" if where else ""
+    return f"{type(err).__name__}: {text.replace(f'{root}/', '') if root else text}"[:300], place
+
+
+def one_line(err: BaseException, root: str = "") -> str:
+    return "".join(describe(err, root))
+
+
+def load(exercise, package_dir: Path) -> dict:
+    """{reference class: its subclass carrying the student's methods} for the exercise's targets."""
+    subs = {}
+    for file, cls_name, method in exercise.targets:
+        reference_module, path = module_of(file), package_dir / file
+        reference = getattr(reference_module, cls_name)
+        # The student's file runs as a sibling of the reference module: its relative imports reach the reference.
+        namespace = {"__name__": f"{PACKAGE}.{file[:-3].replace('/', '.')}", "__file__": str(path),
+                     "__package__": reference_module.__package__}
+        try:
+            exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
+            raise Failed(f"{file} does not load: {one_line(err, str(package_dir))}") from None
+        mine = namespace.get(cls_name)
+        names = method_names(reference, method)
+        if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
+            raise Failed(f"{file}: class {cls_name} with the methods {', '.join(names)} is missing")
+        names += [n for n, v in vars(mine).items() if callable(v) and not n.startswith("__") and not hasattr(reference, n)]
+        subs[reference] = type(cls_name, (reference,), {n: vars(mine)[n] for n in names})
+    return subs
+
+
+def swap(module, subs: dict):
+    """The module with every part whose class is in subs switched to its subclass (the loss inside a wrapper too)."""
+    for m in module.modules():
+        for part in (m, getattr(m, "loss_fn", None)):
+            if type(part) in subs:
+                part.__class__ = subs[type(part)]
+    return module
+
+
+def run(module, inputs, subs, trial, root="") -> dict:
+    """One forward and one backward of a copy of module with subs swapped in, as trial fixes them (rng states,
+    dout, pre-filled .grad). Returns the tensors {name: array}, or {"error": (stage, text)}."""
+    m = swap(copy.deepcopy(module), subs)
+    names = list(inspect.signature(type(module).forward).parameters)[1:]
+    xs = [x.copy() if isinstance(x, numpy.ndarray) else x for x in inputs]
+
+    def unchanged(stage):
+        changed = [n for n, x, y in zip(names, xs, inputs) if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y)]
+        if changed:
+            raise Failed(f"{stage} changed the input {changed[0]} in place (the caller still holds it)")
+
+    stage = "forward"
+    try:
+        backend.set_rng_state(trial["before"])
+        out = m(*xs)
+        if not isinstance(out, numpy.ndarray) or out.shape != trial["out_shape"]:
+            raise Failed(f"forward returned {getattr(out, 'shape', type(out).__name__)}, expected shape {trial['out_shape']}")
+        unchanged(stage)
+        tensors, stage = {"out": out.copy()}, "backward"
+        backend.set_rng_state(trial.setdefault("after", backend.get_rng_state()))
+        for name, p in m.named_parameters():
+            p.grad[...] = trial["grad"][name]
+        dout = trial["dout"].copy()
+        grads = m.backward(dout)
+        if not numpy.array_equal(dout, trial["dout"]):
+            raise Failed("backward changed dout in place (write dout * 2, not dout *= 2: the caller still needs it)")
+        unchanged(stage)
+        unused = [name or "the module" for name, part in m.named_modules()
+                  if part._cache is not None or getattr(getattr(part, "loss_fn", None), "cache", None) is not None]
+        if unused:      # the next forward in training would raise: each forward is followed by one backward
+            raise Failed(f"backward left the forward's cache of {unused[0]} unused (each backward takes it back once)")
+        grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+        for i, (name, x) in enumerate(zip(names, inputs)):
+            if isinstance(x, numpy.ndarray) and x.dtype.kind == "f":
+                g = grads[i] if i < len(grads) else None
+                if not isinstance(g, numpy.ndarray) or g.shape != x.shape:
+                    got = g.shape if isinstance(g, numpy.ndarray) else type(g).__name__
+                    raise Failed(f"backward returned {got} for d{name}, expected an array of shape {x.shape}")
+                tensors[f"d{name}"] = g.copy()
+        tensors.update((f"{name}.grad", p.grad.copy()) for name, p in m.named_parameters())
+        bad = [n for n, t in tensors.items() if not numpy.isfinite(t).all()]
+        if bad:
+            raise Failed(f"{stage} gave NaN or inf in {bad[0]}")
+        return tensors
+    except Failed as err:
+        return {"error": (stage, str(err))}
+    except NotImplementedError as err:
+        return {"error": (stage, f"not written yet ({err})")}
+    except Exception as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise
+        message, where = describe(err, root)                # the message alone is compared with the mistakes'
+        return {"error": (stage, message), "where": where}
+
+
+def differs(mine: dict, expected: dict, only=None):
+    """The worst disagreement '(tensor, index, yours, expected, error)' over the tensors of both, or None."""
+    worst = None
+    for name, b in expected.items():
+        if name == "error" or name not in mine or only and name not in only:
+            continue
+        a = mine[name]
+        diff = numpy.abs(a - b)
+        err = float(diff.max(initial=0.0)) / max(1e-8, float(numpy.abs(a).max(initial=0) + numpy.abs(b).max(initial=0)))
+        if err >= MATCH and (worst is None or err > worst[4]):
+            i = numpy.unravel_index(int(numpy.argmax(diff)), a.shape) if a.shape else ()
+            worst = (name, [int(j) for j in i], float(a[i]), float(b[i]), err)
+    return worst
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.get("error") == b.get("error") and ("error" in a or differs(a, b) is None)
+
+
+def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENTRIES) -> dict:
+    """{forward, backward, diagnosis, output} for one exercise; passes when every case agrees everywhere.
+    entries: how many entries per tensor the central differences check (the reference sees every entry)."""
+    root = str(package_dir)
+    try:
+        subs = load(exercise, package_dir)
+    except Failed as err:
+        return {"forward": "FAIL", "backward": "FAIL", "diagnosis": str(err), "output": str(err)}
+    has_forward = any(method == "forward" for _, _, method in exercise.targets)
+    backend.set_backend("numpy")           # the grader's checks read host arrays
+    backend.set_default_dtype("float64")
+    backend.manual_seed(seed)
+    rng = numpy.random.default_rng([seed, 1])
+    runs = []                      # (label, module, inputs, trial, the reference's tensors, the student's)
+    for label, module, inputs in cases(importlib.import_module("minitransformer"), exercise.base, rng):
+        trial = {"before": backend.get_rng_state()}
+        trial["out_shape"] = module.forward(*inputs).shape
+        module.clear_caches()
+        trial.update(dout=rng.standard_normal(trial["out_shape"]),
+                     grad={n: rng.standard_normal(p.data.shape) for n, p in module.named_parameters()})
+        runs.append((label, module, inputs, trial, run(module, inputs, {}, trial), run(module, inputs, subs, trial, root)))
+    for label, module, inputs, trial, reference, mine in runs:
+        stage, reason = mine.get("error", (None, None))
+        reason = reason and reason + mine.get("where", "")
+        if stage is None:
+            worst = differs(mine, reference, only=("out",)) or differs(mine, reference)
+            if worst is not None:
+                stage = "forward" if worst[0] == "out" else "backward"
+                reason = f"{worst[0]}{worst[1]}: yours {worst[2]:.6g}, expected {worst[3]:.6g} (relative error {worst[4]:.1e})"
+        table = ""
+        if stage is None:
+            backend.set_rng_state(trial["before"])
+            report = gradcheck.check(swap(copy.deepcopy(module), subs), *inputs, max_entries=entries, seed=seed)
+            if not report.ok:
+                stage, table = "backward", report.table()
+                reason = "central differences disagree: " + "; ".join(f"{r.name}{r.worst_entry()}" for r in report.failures())
+        if stage is None:
+            continue
+        # A mistake is named when it gives what the student's code gives (tensors or error) on every case.
+        named = next((m.says for m in CATALOGUE if m.exercise == exercise.name and m.visible and
+                      all(same(r[5], run(r[1], r[2], build(m), r[3])) for r in runs)), None)
+        output = [f"case '{label}': {stage} fails: {reason}", named and f"this looks like: {named}", table]
+        return {"forward": "FAIL" if stage == "forward" else "ok" if has_forward else "given",
+                "backward": "FAIL", "diagnosis": named or reason, "output": "\n".join(filter(None, output))}
+    return {"forward": "ok" if has_forward else "given", "backward": "ok", "diagnosis": "",
+            "output": "every case agrees with the reference and with central differences"}
+
+
+def grade_training(package_dir: Path, seed: int) -> dict:
+    """Part 3's finale: the copy task, trained with the student's whole package."""
+    sys.path.insert(0, str(package_dir.parent))
+    try:
+        figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
+    except Exception as err:  # noqa: BLE001 - whatever a student's code raises
+        reason = f"not written yet ({err})" if isinstance(err, NotImplementedError) else \
+            f"training stopped: {one_line(err, str(package_dir))}"
+        return {"forward": "-", "backward": "FAIL", "diagnosis": reason, "output": reason}
+    learned = figures["exact_match"] >= LEARNS
+    text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new strings "
+            f"(needs {LEARNS:.0%}), loss {figures['first_loss']:.2f} -> {figures['final_loss']:.3f}")
+    return {"forward": "-", "backward": "ok" if learned else "FAIL", "diagnosis": "" if learned else text, "output": text}
+
+
+def _child(conn, name: str, package_dir: str, seed: int) -> None:
+    """One exercise in a process of its own: its printouts are caught, its result sent back."""
+    from minitransformer.fast.threads import set_blas_threads
+
+    set_blas_threads(1)            # two exercises at a time on two cores, each with one BLAS thread
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        try:
+            result = grade_training(Path(package_dir), seed) if name == TRAIN.name else \
+                grade_exercise(EXERCISES[name], Path(package_dir), seed)
+        except BaseException as err:  # noqa: BLE001 - the grader's own safety net: the exercise fails, the grader goes on
+            reason = one_line(err, package_dir)
+            result = {"forward": "FAIL", "backward": "FAIL", "diagnosis": reason, "output": reason}
+    lines = printed.getvalue().count("\n")
+    if lines:
+        result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but slows a run)"
+    conn.send(result)
+
+
+def isolated(names: list, package_dir: Path, seed: int, timeout: float, workers: int) -> dict:
+    """{name: result}, each exercise in a process of its own, `workers` at a time, killed after `timeout` seconds."""
+    # Forking is quick (the reference is imported once) and safe on Linux; elsewhere each child starts afresh.
+    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    pending, running, results = list(names), {}, {}
+    while pending or running:
+        while pending and len(running) < workers:
+            name = pending.pop(0)
+            receive, send = ctx.Pipe(duplex=False)
+            process = ctx.Process(target=_child, args=(send, name, str(package_dir), seed), daemon=True)
+            process.start()
+            send.close()
+            running[name] = (process, receive, time.monotonic())
+        multiprocessing.connection.wait([r for _, r, _ in running.values()], timeout=0.2)
+        for name, (process, receive, started) in list(running.items()):
+            reason = None
+            if receive.poll():
+                try:
+                    results[name] = receive.recv()
+                except (EOFError, OSError):
+                    process.join(5)
+                    reason = f"the exercise's process ended without a result (exit code {process.exitcode})"
+            elif time.monotonic() - started > timeout:
+                process.kill()
+                reason = f"stopped after {timeout:g} s: an infinite loop, or far too slow"
+            else:
+                continue
+            if reason:
+                results[name] = {"forward": "FAIL", "backward": "FAIL", "diagnosis": reason, "output": reason}
+            process.join(5)
+            del running[name]
+    return results
+
+
+def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> dict:
+    """Grade the assignment in `directory` (as `classroom make` wrote it): Gradescope's results.json (score,
+    execution_time, output, and tests, each with name, score, max_score, output), plus "scorecard", a table."""
+    directory = Path(directory)
+    manifest = directory / "assignment.json"
+    if not (directory / PACKAGE).is_dir() or not manifest.is_file():
+        raise FileNotFoundError(f"classroom grade: {directory} holds no assignment (expected {PACKAGE}/ and "
+                                f"assignment.json, as `minitransformer classroom make` writes them)")
+    try:
+        names = json.loads(manifest.read_text())["exercises"]
+        exercises = [EXERCISES[n] for n in names]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"classroom grade: {manifest} must list known exercises under 'exercises', got {err}") from None
+    if any(e.part == 3 for e in exercises):
+        exercises.append(TRAIN)
+    started = time.monotonic()
+    results = isolated([e.name for e in exercises], (directory / PACKAGE).resolve(), seed, timeout, workers)
+    tests = []
+    for e in exercises:
+        r = results[e.name]
+        passed = r["backward"] == "ok" and r["forward"] in ("ok", "given", "-")
+        r.update(name=e.name, part=e.part, points=e.points if passed else 0)
+        tests.append({"name": f"part {e.part}: {e.name}", "score": r["points"], "max_score": e.points,
+                      "output": r["output"]})
+    seconds = time.monotonic() - started
+    return {"score": sum(t["score"] for t in tests), "execution_time": round(seconds), "tests": tests,
+            "output": f"graded with seed {seed} in {seconds:.1f} s", "scorecard": scorecard([results[e.name] for e in exercises])}
+
+
+def scorecard(rows: list) -> str:
+    head = f"{'exercise':<20} {'part':>4}  {'forward':<7}  {'backward':<8}  {'points':>6}  diagnosis"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['name']:<20} {r['part']:>4}  {r['forward']:<7}  {r['backward']:<8}  {r['points']:>6}  "
+                     f"{r['diagnosis'][:160]}")
+    return "\n".join(lines)
