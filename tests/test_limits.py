@@ -116,8 +116,10 @@ def _bomb(path: Path, line: bytes) -> Path:
 
 
 @needs_rlimit
-@pytest.mark.parametrize("line, limit", [(b"a" * 99 + b"\n", "CHARS"), (b"ab\n", "LINES"), (b"\n", "LINES"),
-                                         (b"a" * 100, "CHARS")])
+@pytest.mark.parametrize("line, limit", [pytest.param(b"a" * 99 + b"\n", "CHARS", id="long lines"),
+                                         pytest.param(b"ab\n", "LINES", id="short lines"),
+                                         pytest.param(b"\n", "LINES", id="empty lines"),
+                                         pytest.param(b"a" * 100, "CHARS", id="one endless line")])
 def test_a_gzip_bomb_is_refused_at_the_limit_with_memory_near_it(tmp_path, line, limit):
     """2 GiB of text from a 2 MB file, as long lines, short lines, empty lines or one endless line: refused
     when the characters or lines read pass the limit, inside 1 GiB of address space."""
