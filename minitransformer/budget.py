@@ -17,6 +17,7 @@ side; and beam search's candidate scores, (B,K,V) float64 and their copies.
 
     check_model(config)                          building a model: its weights and their gradients
     check_decoding(owner, model, B, S, T, ...)   encoding B sources of S tokens, decoding T tokens per beam
+    largest_batch(model, S, T, ...)              the largest B that check_decoding lets through
     check_training(config, B, S, T)              one training step on a (B,S) -> (B,T) batch
     check_replicas(owner, model, workers)        DataParallel's replicas, each with gradients of its own
 """
@@ -167,6 +168,15 @@ def check_decoding(owner: str, model, batch: int, src_len: int, out_len: int, be
              **decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize)}
     what = f"decoding {batch} x {src_len} source tokens into {out_len} tokens" + (f" x beam {beam}" if beam > 1 else "")
     return check(owner, parts, what, budget)
+
+
+def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:
+    """The most sources of src_len tokens that ``check_decoding`` lets through at once (0: not even one), for a
+    caller that batches sentences: every part but the weights grows in proportion to the batch."""
+    itemsize = _itemsize(model.parameters()[0].data.dtype)
+    weights = 2 * parameter_count(model.config) * itemsize
+    per_source = sum(decoding_parts(model.config, 1, src_len, out_len, beam, naive, itemsize).values())
+    return max(0, (memory_budget(budget) - weights) // per_source)
 
 
 def check_training(config, batch: int, src_len: int, tgt_len: int, workers: int = 1, dtype=None,

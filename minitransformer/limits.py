@@ -50,6 +50,6 @@ MAX_CORPUS_LINES = 1 << 22
 # MINITRANSFORMER_MEMORY_BUDGET ("16G") or a check's budget= argument raises or lowers it.
 MEMORY_BUDGET = 4 << 30
 
-# Beams of beam search, and DataParallel's workers: the same bounds as the command line's --beam-size, --workers.
-MAX_BEAM_SIZE = 100
-MAX_WORKERS = 1024
+# Beams of beam search, and DataParallel's workers: the API takes what the command line's --beam-size, --workers take.
+MAX_BEAM_SIZE = INT_SETTINGS["beam_size"][1]
+MAX_WORKERS = INT_SETTINGS["workers"][1]

@@ -116,8 +116,10 @@ def _bomb(path: Path, line: bytes) -> Path:
 
 
 @needs_rlimit
-@pytest.mark.parametrize("line, limit", [(b"a" * 99 + b"\n", "CHARS"), (b"ab\n", "LINES"), (b"\n", "LINES"),
-                                         (b"a" * 100, "CHARS")])
+@pytest.mark.parametrize("line, limit", [pytest.param(b"a" * 99 + b"\n", "CHARS", id="long lines"),
+                                         pytest.param(b"ab\n", "LINES", id="short lines"),
+                                         pytest.param(b"\n", "LINES", id="empty lines"),
+                                         pytest.param(b"a" * 100, "CHARS", id="one endless line")])
 def test_a_gzip_bomb_is_refused_at_the_limit_with_memory_near_it(tmp_path, line, limit):
     """2 GiB of text from a 2 MB file, as long lines, short lines, empty lines or one endless line: refused
     when the characters or lines read pass the limit, inside 1 GiB of address space."""
@@ -276,3 +278,15 @@ def test_int_in_names_the_bound_that_was_passed():
         assert str(err.value) == message
     with pytest.raises(ValueError, match=r"^f: n must be an int >= -3, got -4$"):
         checks.int_in("f", "n", -4, -3, 5)
+
+
+def test_largest_batch_is_the_edge_of_what_check_decoding_lets_through():
+    model = mt.Transformer(config(max_len=300))
+    for src_len, out_len, beam, allowed in ((200, 250, 1, 50 << 20), (20, 70, 4, 3 << 20), (250, 300, 8, 1 << 20)):
+        b = budget.largest_batch(model, src_len, out_len, beam, budget=allowed)
+        if b:
+            budget.check_decoding("f", model, b, src_len, out_len, beam, budget=allowed)
+        with pytest.raises(budget.BudgetError):
+            budget.check_decoding("f", model, b + 1, src_len, out_len, beam, budget=allowed)
+    assert budget.largest_batch(model, 250, 300, 8, budget=1 << 20) == 0
+    assert budget.largest_batch(model, 20, 70, 4, budget=3 << 20) > 1
