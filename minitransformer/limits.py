@@ -24,9 +24,47 @@ INT_SETTINGS = {
     "batch_size": (1, 65_536), "max_tokens": (1, 10 ** 7), "vocab_size": (1, CONFIG_CAPS["src_vocab_size"]),
     "eval_every": (1, MAX_COUNT), "save_every": (1, MAX_COUNT), "keep": (1, 10 ** 6), "average": (1, 10 ** 6),
     "heldout": (1, 100_000), "beam_size": (1, 100), "limit": (1, MAX_COUNT), "workers": (1, 1024),
+    "max_entries": (1, 1_000_000),
 }
+
+# Real-valued settings of a run: (lowest, highest, which ends belong: "[]", "(]" or "[)"). Bounded above so that
+# no product of them (a learning rate, a length penalty, minutes in seconds) leaves float32's range.
+FLOAT_SETTINGS = {
+    "max_minutes": (0.0, 1e7, "(]"), "target": (0.0, 100.0, "[]"), "lr_factor": (0.0, 100.0, "(]"),
+    "label_smoothing": (0.0, 1.0, "[)"), "clip_norm": (0.0, 1e6, "(]"), "dropout": (0.0, 1.0, "[)"),
+    "alpha": (0.0, 10.0, "[]"),
+}
+
+# A run's history (one row per step, one per evaluation) keeps at most this many rows: past it, the older rows
+# are thinned evenly, so a run of any length saves metadata far below MAX_META_BYTES (a row takes ~80 bytes).
+MAX_HISTORY = 100_000
 
 # Checkpoint files: what the reader walks at most before it refuses.
 MAX_META_BYTES = 64 << 20     # the JSON metadata: vocabularies, merges and a bounded history take a few MB
 MAX_ENTRIES = 100_000         # tensors in one file (a model has hundreds, its optimiser twice as many)
 MAX_NDIM = 8
+
+
+def bounds(name: str) -> tuple:
+    """(lowest, highest, which ends belong) of a setting of INT_SETTINGS, FLOAT_SETTINGS, or a size of CONFIG_CAPS."""
+    if name in FLOAT_SETTINGS:
+        return FLOAT_SETTINGS[name]
+    return (*INT_SETTINGS[name], "[]") if name in INT_SETTINGS else (1, CONFIG_CAPS[name], "[]")
+
+
+def expected(name: str) -> str:
+    """The range of a setting in words: "an integer in [1, 1,000,000,000]", "a number in (0, 100]"."""
+    low, high, ends = bounds(name)
+    if name in FLOAT_SETTINGS:
+        return f"a number in {ends[0]}{low:g}, {high:g}{ends[1]}"
+    return f"an integer in [{low:,}, {high:,}]"
+
+
+def within(name: str, value) -> bool:
+    """Whether a value (from a command line, a file or a caller) is one the setting may have: the right kind of
+    number (an int for an integer setting, never a bool) inside its range. NaN is never inside."""
+    low, high, ends = bounds(name)
+    kinds = (int, float) if name in FLOAT_SETTINGS else (int,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        return False
+    return (low < value if ends[0] == "(" else low <= value) and (value < high if ends[1] == ")" else value <= high)

@@ -1,15 +1,14 @@
 """Each task's tuned settings, and the settings of a `train` run: those defaults with the options typed.
 
-"model" overrides the preset's sizes when no --preset is given; every value can be changed on the command line.
-The measurements behind the numbers are in benchmarks/RESULTS.md, "Why the task defaults are what they are".
+The table is in the units the command line takes (``target`` of copy/reverse in percent, as the run prints exact
+match); a run's settings hold exact match as the fraction the model is scored by. The measurements behind the
+numbers are in benchmarks/RESULTS.md, "Why the task defaults are what they are".
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-
-from minitransformer.kit.running.checkpoint import CONFIG_CAPS, MAX_COUNT
+from minitransformer import limits
+from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 
 PRESETS = ("tiny", "small", "base")
 
@@ -21,11 +20,11 @@ TASK_DEFAULTS = {
     # copy: the symbol model, batches of 64, stopping at 100% exact match, within seconds on a CPU
     "copy": {"preset": "tiny", "model": _SYMBOL_MODEL,
              "batch_size": 64, "steps": 3000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
-             "label_smoothing": 0.0, "eval_every": 100, "save_every": 500, "target": 1.0},
+             "label_smoothing": 0.0, "eval_every": 100, "save_every": 500, "target": 100},
     # reverse: the copy settings with more steps, since the alignment runs backwards
     "reverse": {"preset": "tiny", "model": _SYMBOL_MODEL,
                 "batch_size": 64, "steps": 10000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
-                "label_smoothing": 0.0, "eval_every": 200, "save_every": 1000, "target": 1.0},
+                "label_smoothing": 0.0, "eval_every": 200, "save_every": 1000, "target": 100},
     # toy English->German: the tiny preset with dropout, word vocabularies, stopping at BLEU 99, within minutes
     "toy": {"preset": "tiny", "model": {"dropout": 0.1},
             "max_tokens": 2000, "steps": 3000, "lr_factor": 1.0, "warmup": 200, "clip_norm": 1.0,
@@ -39,104 +38,94 @@ TASK_DEFAULTS = {
 }
 TASKS = tuple(TASK_DEFAULTS)
 
+# Every task trains with the batch split across two worker threads (fast.DataParallel), one per core of the
+# 2-core machines this project measures on (benchmarks/bench_parallel.py); the reference tier on one, so that
+# a run can be stepped through.
+WORKERS = 2
+
+# What every task's run holds besides its table entry.
+_COMMON = {"seed": 0, "epochs": None, "max_minutes": None, "keep": 5, "average": 1, "heldout": 1000,
+           "beam_size": 1, "on_nonfinite": "stop", "progress": True, "plots": True, "data_dir": None,
+           "limit": None, "reference": False, "workers": None}
+
 # The model options of `train` and the TransformerConfig field each one sets (--layers: both stacks).
 MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads", "layers": "num_encoder_layers",
                  "d_ff": "d_ff", "d_k": "d_k", "positional": "positional", "norm_first": "norm_first"}
 
-# The other `train` options that become settings of the same name when given.
-_SETTING_OPTIONS = ("seed", "max_minutes", "target", "batch_size", "max_tokens", "lr_factor", "warmup",
-                    "label_smoothing", "clip_norm", "vocab_size", "eval_every", "save_every", "keep", "average",
-                    "heldout", "beam_size", "data_dir", "on_nonfinite", "progress", "plots", "limit", "reference", "workers")
 
-# Every task trains with the batch split across two worker threads (fast.DataParallel), one per core of the
-# 2-core machines this project measures on (benchmarks/bench_parallel.py): the toy task's steps ~1.4x faster
-# than on one model, the small and base presets' ~1.1-1.2x faster than one model with two BLAS threads. The
-# reference tier trains on one, so that a run can be stepped through.
-WORKERS = 2
-
-
-def task_settings(args) -> dict:
-    """The task's defaults, overridden by every option given on the command line."""
-    d = TASK_DEFAULTS[args.task]
-    s = {k: v for k, v in d.items() if k != "model"}
-    s.update(task=args.task, seed=0, epochs=d.get("epochs"), max_minutes=d.get("max_minutes"),
-             keep=d.get("keep", 5), average=d.get("average", 1),
-             heldout=1000, beam_size=1, on_nonfinite="stop", progress=True, plots=True, preset=d["preset"],
-             model=dict(d["model"]), data_dir=None, limit=None, reference=False, workers=None)
-    if args.preset is not None:
-        s["preset"], s["model"] = args.preset, {}
-    for key in _SETTING_OPTIONS:
-        value = getattr(args, key, None)
-        if value is not None:
-            s[key] = value
-    if args.steps is not None:
-        s["steps"], s["epochs"] = args.steps, None
-    if args.epochs is not None:
-        s["epochs"], s["steps"] = args.epochs, None
-    for option, field in MODEL_OPTIONS.items():
-        value = getattr(args, option)
-        if value is not None:
-            s["model"][field] = value
-    if args.layers is not None:
-        s["model"]["num_decoder_layers"] = args.layers            # --layers sets both stacks
+def task_settings(task: str, typed: dict | None = None) -> dict:
+    """The settings of a run of ``task``: its defaults, replaced by the options ``typed`` (name -> value, as the
+    command line's parser gives them: model options by option name, ``target`` in the unit the run prints)."""
+    typed = dict(typed or {})
+    d = TASK_DEFAULTS[task]
+    s = {**_COMMON, **{k: v for k, v in d.items() if k != "model"}, "task": task, "model": dict(d["model"])}
+    if "preset" in typed:
+        s["model"] = {}                                    # a preset replaces the task's model
+    if "steps" in typed or "epochs" in typed:              # exclusive options: one replaces the other
+        s["steps"] = s["epochs"] = None
+    for option, value in typed.items():
+        if option in MODEL_OPTIONS:
+            s["model"][MODEL_OPTIONS[option]] = value
+        else:
+            s[option] = value
+    if "layers" in typed:
+        s["model"]["num_decoder_layers"] = typed["layers"]
+    if task in SEQUENCE_TASKS and s["target"] is not None:
+        s["target"] = s["target"] / 100                   # exact match is a fraction
     if s["workers"] is None:
         s["workers"] = 1 if s["reference"] else WORKERS
     return s
 
 
+def defaults_table() -> str:
+    """Each task's defaults as the options that set them, for ``train --help``."""
+    names = {field: option for option, field in MODEL_OPTIONS.items()}
+    lines = ["each task's defaults (an option given replaces its value; --preset replaces the model options):"]
+    for task, d in TASK_DEFAULTS.items():
+        model = {names.get(k): v for k, v in d["model"].items() if k != "num_decoder_layers"}
+        options = {"preset": d["preset"], **model, **{k: v for k, v in d.items() if k not in ("preset", "model")}}
+        line = f"  {task:<9}"
+        for text in (f"--{k.replace('_', '-')} {v}" for k, v in options.items() if v is not None):
+            if len(line) + len(text) > 110:
+                lines.append(line)
+                line = " " * 11
+            line += " " + text
+        lines.append(line)
+    return "\n".join(lines)
+
+
 # ============================================================================ the settings a checkpoint holds
 
-def _int(low: int, high: int):
-    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
-            f"an integer in [{low:,}, {high:,}]")
-
-
-def _number(accept, expected: str):
-    return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and accept(v), expected)
-
-
-_POSITIVE = _number(lambda v: 0 < v < math.inf, "a positive number")
-_BOOL = (lambda v: isinstance(v, bool), "true or false")
-
-
-def _one_of(choices):
-    return (lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-# What each setting of a saved run may be (a checkpoint may come from anyone). The bounds are the parser's,
-# plus caps on what would otherwise exhaust memory or time before the first step (held-out set, batch,
-# beam): no run of this project comes near them. None is allowed for the settings in CAN_BE_NONE.
-SETTING_RULES = {
-    "task": _one_of(TASKS), "preset": _one_of(PRESETS), "on_nonfinite": _one_of(("stop", "skip")),
-    "seed": _int(0, 2 ** 63 - 1), "steps": _int(1, MAX_COUNT), "epochs": _int(1, MAX_COUNT),
-    "max_minutes": _POSITIVE, "target": _number(math.isfinite, "a finite number"),
-    "batch_size": _int(1, 65_536), "max_tokens": _int(1, 10 ** 7), "lr_factor": _POSITIVE,
-    "warmup": _int(1, MAX_COUNT), "label_smoothing": _number(lambda v: 0 <= v < 1, "a number in [0, 1)"),
-    "clip_norm": _POSITIVE, "vocab_size": _int(1, CONFIG_CAPS["src_vocab_size"]), "eval_every": _int(1, MAX_COUNT),
-    "save_every": _int(1, MAX_COUNT), "keep": _int(1, 10 ** 6), "average": _int(1, 10 ** 6),
-    "heldout": _int(1, 100_000),
-    "beam_size": _int(1, 100), "limit": _int(1, MAX_COUNT), "data_dir": (lambda v: isinstance(v, str), "a path"),
-    "progress": _BOOL, "plots": _BOOL, "reference": _BOOL, "workers": _int(1, 1024),
-}
+_CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": ("sinusoidal", "learned")}
+_BOOLS = ("progress", "plots", "reference", "norm_first")
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
                "limit", "data_dir")
 MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers")
 # Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1), scored
 # on their last model (average 1).
-OPTIONAL_SAVED = ("reference", "workers", "average")
+OPTIONAL_SAVED = {"reference": False, "workers": 1, "average": 1}
 
 
 def saved_setting_names(task: str) -> set:
     """The settings a `train --task <task>` run saves: those of ``task_settings`` with nothing typed."""
-    untyped = argparse.Namespace(task=task, **dict.fromkeys(("preset", "steps", "epochs", *_SETTING_OPTIONS,
-                                                            *MODEL_OPTIONS)))
-    return set(task_settings(untyped))
+    return set(task_settings(task))
+
+
+def _expected(name: str, value):
+    """None if ``value`` is one the setting may have, else the words for what it must be."""
+    if name in _CHOICES:
+        return None if value in _CHOICES[name] else f"one of {', '.join(_CHOICES[name])}"
+    if name in _BOOLS:
+        return None if isinstance(value, bool) else "true or false"
+    if name == "data_dir":
+        return None if isinstance(value, str) else "a path"
+    return None if limits.within(name, value) else limits.expected(name)
 
 
 def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
-    """The settings a checkpoint holds, checked against SETTING_RULES (ValueError naming ``where`` and the
-    setting). complete: every setting a run of ``task`` saves must be there (to resume it); else only those
-    present are checked. Unknown names are dropped."""
+    """The settings a checkpoint holds, checked against the ranges ``train`` accepts (``minitransformer.limits``):
+    ValueError naming ``where`` and the setting. complete: every setting a run of ``task`` saves must be there
+    (to resume it); else only those present are checked. Unknown names are dropped."""
     if not isinstance(saved, dict):
         raise ValueError(f"{where}: settings must be an object, got {type(saved).__name__}")  # noqa: TRY004
     if complete:
@@ -144,27 +133,19 @@ def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
         if missing:
             raise ValueError(f"{where} is missing settings.{missing[0]}"
                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-    checked = {}
-    for name, value in saved.items():
+    known = set(limits.INT_SETTINGS) | set(limits.FLOAT_SETTINGS) | set(_CHOICES) | set(_BOOLS) | {"data_dir"}
+    checked = {name: value for name, value in saved.items() if name in known or name == "model"}
+    for name, value in checked.items():
         if name == "model":
-            checked[name] = _check_model_settings(value, where)
-        elif name in SETTING_RULES:
-            accept, expected = SETTING_RULES[name]
-            if not (value is None and name in CAN_BE_NONE) and not accept(value):
-                raise ValueError(f"{where}: settings.{name} must be {expected}, got {value!r:.60}")
-            checked[name] = value
+            if not isinstance(value, dict) or not set(value) <= set(MODEL_FIELDS):
+                raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, "
+                                 f"got {value!r:.80}")
+            bad = [(f"model.{k}", v, _expected(k, v)) for k, v in value.items() if _expected(k, v)]
+        else:
+            bad = [] if value is None and name in CAN_BE_NONE else [(name, value, _expected(name, value))]
+        for field, got, expected in bad:
+            if expected:
+                raise ValueError(f"{where}: settings.{field} must be {expected}, got {got!r:.60}")
     if complete and all(checked.get(k) is None for k in ("steps", "epochs", "max_minutes")):
         raise ValueError(f"{where}: settings give no end to the run (steps, epochs and max_minutes are all null)")
-    return checked
-
-
-def _check_model_settings(model, where: str) -> dict:
-    if not isinstance(model, dict) or not set(model) <= set(MODEL_FIELDS):
-        raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, got {model!r:.80}")
-    for name, value in model.items():
-        accept, expected = {"dropout": _number(lambda v: 0 <= v < 1, "a number in [0, 1)"),
-                            "positional": (lambda v: v in ("sinusoidal", "learned"), '"sinusoidal" or "learned"'),
-                            "norm_first": _BOOL}.get(name) or _int(1, CONFIG_CAPS[name])
-        if not accept(value):
-            raise ValueError(f"{where}: settings.model.{name} must be {expected}, got {value!r:.60}")
-    return dict(model)
+    return {**checked, "model": dict(checked["model"])} if "model" in checked else checked

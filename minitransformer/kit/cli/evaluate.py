@@ -28,7 +28,7 @@ def cmd_evaluate(args) -> int:
     settings = check_saved_settings(ck.extra.get("settings") or {}, task, f"checkpoint {ck.path}", complete=False)
     split = "heldout" if task in SEQUENCE_TASKS else args.split   # a sequence task has its held-out set
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.alpha}"
-    # the step of the newest checkpoint evaluated (averaged files are checkpoint-<step>.npz: the name says it)
+    # the step of the newest checkpoint evaluated (an averaged file's name says it)
     step = ck.step if args.average is None else step_of_file(used[-1])
     result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
               "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
