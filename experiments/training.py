@@ -1,7 +1,7 @@
 """Training runs for the studies of the paper's choices (Table 3 and the questions around it).
 
 A run here is what ``minitransformer train --task TASK`` would train, with some of its settings changed: the
-same data, model, loss, Adam and Noam schedule (``cli.train.build_trainer``), so a study measures the model
+same data, model, loss, Adam and Noam schedule (``kit.running.runs.build_trainer``), so a study measures the model
 the command line trains. What a study then measures of the trained model is here too:
 
     true_perplexity   exp(mean negative log-likelihood per target token) with no label smoothing: the
@@ -25,10 +25,9 @@ from dataclasses import replace
 import numpy
 
 import minitransformer as mt
-from minitransformer.kit.cli.common import bleu_of, load_pairs
 from minitransformer.kit.cli.defaults import task_settings
-from minitransformer.kit.cli.task_data import task_data
-from minitransformer.kit.cli.train import build_trainer
+from minitransformer.kit.data.task_data import bleu_of, load_pairs, task_data
+from minitransformer.kit.running.runs import build_trainer
 from minitransformer.kit.running.train import unpack_batch
 
 MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "d_k", "dropout", "num_encoder_layers", "num_decoder_layers",

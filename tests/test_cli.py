@@ -433,7 +433,7 @@ def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys,
     the last step's, for --resume."""
     import numpy
 
-    from minitransformer.kit.cli import train as train_cli
+    from minitransformer.kit.running import runs
 
     scored = []
 
@@ -441,7 +441,7 @@ def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys,
         scored.append(model.state_dict())
         return mt.tasks.exact_match(model, heldout)
 
-    monkeypatch.setattr(train_cli, "exact_match", recording_exact_match)
+    monkeypatch.setattr(runs, "exact_match", recording_exact_match)
     out = str(tmp_path / "copy")
     assert main(["train", "--task", "copy", "--steps", "7", "--save-every", "2", "--average", "3", "--keep", "3",
                  "--heldout", "20", "--no-plots", "--eval-every", "1000", "--out", out, *SMALL]) == 0
@@ -475,8 +475,9 @@ def test_translate_average_uses_the_mean_of_the_checkpoints(toy_run, capsys):
     those of a model loaded with the mean weights."""
     import numpy
 
-    from minitransformer.kit.cli.common import encode_sources, load_run, translate_ids
+    from minitransformer.kit.cli.common import load_run
     from minitransformer.kit.cli.translate import output_limit
+    from minitransformer.kit.data.task_data import encode_sources, translate_ids
 
     sentence = "the dog sees the cat ."
     assert main(["translate", "--checkpoint", toy_run, "--average", "2", "--quiet", sentence]) == 0

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import os
 
+from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 from minitransformer.kit.data.tasks import SequenceTask, exact_match
 from minitransformer.kit.running.checkpoint import step_of_file
 from minitransformer.kit.running.files import write_json
+from minitransformer.kit.running.runs import choose_blas_threads
 
-from .common import (
-    CLIError,
-    bleu_of,
-    check_outputs,
-    choose_blas_threads,
-    load_pairs,
-    load_run,
-)
+from .common import CLIError, check_outputs, load_run
 from .defaults import check_saved_settings
 
 

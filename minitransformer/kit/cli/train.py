@@ -1,16 +1,10 @@
-"""``minitransformer train`` as a straight line: settings, data, model, trainer, fit, report.
-
-    plan_run        the one reader of the command line: the run folder, and the settings resolved once (the
-                    task's defaults, the options typed, a resumed run's saved settings) and checked as a resume
-                    will check them; a fresh run never writes over a file already in --out (unless --overwrite)
-    task_data       the task's model config, batches and metric (task_data.py)
-    build_trainer   the model (fast tier, or the core with --reference), loss, Adam, Noam, Trainer
-    trainer.fit()   after resuming the run, or removing the earlier run's files (--overwrite)
-    _final_score    exact match or test BLEU, of the last model or the mean of the last checkpoints
-    _write_results  metrics.json, loss.png, attention.png; the last lines name each file written
+"""``minitransformer train`` as a straight line: the settings resolved once (``plan_run``, the one reader of the
+command line), then data, model, trainer, fit, score, files.
 
 A resumed run keeps the settings it was started with (it computes what the uninterrupted run would have),
 except RESUMABLE_OVERRIDES typed on this command line, which only change when the run stops and what it reports.
+A fresh run never writes over a file already in --out; --overwrite removes the earlier run's files once the new
+run's config, data and model are built.
 """
 
 from __future__ import annotations
@@ -21,26 +15,15 @@ import time
 from dataclasses import dataclass
 
 from minitransformer import backend
-from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
-from minitransformer.kit.data.tasks import exact_match
+from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.running import checkpoint as ckpt
+from minitransformer.kit.running import runs
 from minitransformer.kit.running.files import write_json
 from minitransformer.kit.running.train import Trainer, full_config
-from minitransformer.optim import NoamSchedule
 
-from .common import (
-    CLIError,
-    bleu_of,
-    check_outputs,
-    choose_blas_threads,
-    describe_blas_threads,
-    load_pairs,
-    plot_attention,
-    plot_loss,
-    tier,
-)
+from . import common
+from .common import CLIError
 from .defaults import MODEL_OPTIONS, OPTIONAL_SAVED, check_saved_settings, task_settings
-from .task_data import task_data
 
 # What --resume may change: when and how the run stops and reports, never what it computes.
 RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "average",
@@ -64,17 +47,17 @@ def cmd_train(args) -> int:
     run = plan_run(args)
     settings, out, wall_start = run.settings, run.out, time.perf_counter()
     backend.manual_seed(settings["seed"])
-    data = task_data(settings, run.resume_from)
+    data = task_data(settings, run.resume_from and common.tokenizers_from_checkpoint(run.resume_from))
     if run.resume_from is not None and full_config(run.resume_from.config) != data.config.to_dict():
         raise CLIError(f"--resume: {run.resume_from.path} does not hold the model its saved settings describe")
     workers = settings["workers"] if backend.get_backend() == "numpy" else 1  # a GPU would run the parts in turn
-    threads = choose_blas_threads(data.config, workers)
-    trainer = build_trainer(settings, data, out, workers)
+    threads = runs.choose_blas_threads(data.config, workers)
+    trainer = runs.build_trainer(settings, data, out, workers)
     _start(trainer, run)
     c = data.config
     print(f"training {settings['task']}: {trainer.model.num_parameters():,} parameters, d_model={c.d_model}, "
           f"heads={c.num_heads}, layers={c.num_encoder_layers}+{c.num_decoder_layers}, d_ff={c.d_ff} -> {out}")
-    print(describe_blas_threads(threads, c, workers))
+    print(runs.describe_blas_threads(threads, c, workers))
     if workers > 1:
         print(f"workers: {workers} threads, each running a part of every batch on a replica of the model "
               f"(--workers 1: the whole batch on one)")
@@ -82,7 +65,7 @@ def cmd_train(args) -> int:
     stopped = trainer.stop_description()
     print(f"stopped: {stopped}")
 
-    scores, example = _final_score(settings, data, trainer.model, _average_last_checkpoints(settings, out, trainer))
+    scores, example = runs.final_score(settings, data, trainer.model, _average_last_checkpoints(settings, out, trainer))
     metrics = {"task": settings["task"], "tier": "reference" if settings.get("reference") else "fast",
                **{k: summary[k] for k in ("steps", "epoch", "loss", "valid_loss", "train_seconds", "train_cpu_seconds",
                                           "tokens_per_second", "stop_reason")},
@@ -131,7 +114,7 @@ def plan_run(args) -> Run:
         print(f"--resume: no checkpoint in {out} yet: starting from scratch", file=sys.stderr)
     if run.resume_from is not None:                        # before any work: a trap refuses the run, not its end
         steps = [os.path.basename(p) for p in ckpt.list_checkpoints(out)]
-        check_outputs(out, ["metrics.json", *(PLOT_FILES if run.settings["plots"] else ()), ckpt.LATEST, *steps])
+        common.check_outputs(out, ["metrics.json", *(PLOT_FILES if run.settings["plots"] else ()), ckpt.LATEST, *steps])
     return run
 
 
@@ -187,32 +170,6 @@ def _start(trainer: Trainer, run: Run) -> None:
             print(f"--overwrite: removed the earlier run's {', '.join(names)} from {run.out}", file=sys.stderr)
 
 
-def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
-    """The model of the chosen tier, the label-smoothed loss, and Adam (the paper's betas and eps) whose
-    learning rate the Noam schedule sets at every step, in a Trainer that saves into ``out``; with several
-    workers, each step's batch is split across them (``fast.DataParallel``)."""
-    config = data.config
-    Transformer, CrossEntropyLoss, Adam = tier(bool(settings.get("reference")))
-    model = Transformer(config)
-    loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
-    parallel = None
-    if workers > 1:
-        from minitransformer.fast import DataParallel
-
-        parallel = DataParallel(model, loss_fn, workers)
-    optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
-    return Trainer(
-        model, loss_fn, optimizer, data.train_data, scheduler=scheduler, valid_data=data.valid_batches,
-        clip_norm=settings["clip_norm"], max_steps=settings.get("steps"), max_epochs=settings.get("epochs"),
-        max_seconds=None if settings.get("max_minutes") is None else 60.0 * settings["max_minutes"],
-        eval_every=settings["eval_every"], metric_fn=data.metric_fn, target=settings.get("target"),
-        checkpoint_dir=out, save_every=settings["save_every"], keep=settings["keep"],
-        on_nonfinite=settings["on_nonfinite"], progress=settings["progress"], config=config.to_dict(),
-        tokenizers=data.tokenizers(), extra={"task": settings["task"], "settings": settings},
-        metric_name=data.metric_name, metric_format=data.format_metric, parallel=parallel)
-
-
 # ============================================================================ final score and files
 
 def _average_last_checkpoints(settings: dict, out: str, trainer) -> list:
@@ -226,39 +183,6 @@ def _average_last_checkpoints(settings: dict, out: str, trainer) -> list:
     if used:
         trainer.model.load_state_dict(ckpt.average_checkpoints(used))
     return used
-
-
-def _final_score(settings: dict, data, model, averaged: list) -> tuple:
-    """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the trained model (or the mean of its last
-    checkpoints). -> (the scores for metrics.json, the attention plot's example: source ids, their labels,
-    and the function that labels target ids)"""
-    model.eval()
-    steps = [ckpt.step_of_file(p) for p in averaged]
-    average = {"averaged": max(len(averaged), 1), "averaged_steps": steps}
-    words = f", average of {len(steps)} checkpoints, steps {steps[0]}-{steps[-1]}" if steps else ""
-    if settings["task"] in SEQUENCE_TASKS:
-        score = exact_match(model, data.heldout)
-        print(f"exact match on {len(data.heldout)} held-out sequences{words}: {100 * score:.1f}%")
-        example = data.heldout[0][0]
-        symbols = {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
-        return {"exact_match": score, "heldout": len(data.heldout), "decoding": "greedy", **average}, \
-            (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
-    task, src_tok, tgt_tok, beam = settings["task"], data.src_tok, data.tgt_tok, settings["beam_size"]
-    test_text = load_pairs(task, "test", settings["data_dir"])[: settings["limit"]]
-    lowercase = task == "multi30k"
-    score, hyps = bleu_of(model, src_tok, tgt_tok, test_text, lowercase, beam_size=beam)
-    decoding = "greedy" if beam == 1 else f"beam {beam}"
-    print("sample translations (test):")
-    for (src, ref), hyp in list(zip(test_text, hyps))[:5]:
-        print(f"  source     {src}\n  reference  {ref}\n  model      {hyp}\n")
-    print(f"test BLEU ({decoding}{', lowercased' if lowercase else ''}{words}, {len(test_text)} sentences): "
-          f"{score:.2f}")
-    # a subordinate clause if there is one: German moves its verb, which the attention plot shows
-    example_text = next((s for s, _ in test_text if "because" in s.split() or "weil" in s.split()), test_text[0][0])
-    example = src_tok.encode(example_text)
-    scores = {"bleu": score, "split": "test", "sentences": len(test_text), "lowercase": lowercase,
-              "decoding": decoding, **average}
-    return scores, (example, src_tok.token_labels(example), tgt_tok.token_labels)
 
 
 def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tuple) -> list:
@@ -275,11 +199,11 @@ def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tup
     written += [(p, "a step checkpoint, for --resume and evaluate --average") for p in ckpt.list_checkpoints(out)]
     if metrics["settings"]["plots"]:
         if trainer.history:
-            plot_loss(trainer, os.path.join(out, "loss.png"), data.metric_name, 100.0 if data.metric_percent else 1.0)
+            runs.plot_loss(trainer, os.path.join(out, "loss.png"), data.metric_name, 100.0 if data.metric_percent else 1.0)
             written.append((os.path.join(out, "loss.png"), f"training and validation loss, {data.metric_name}"))
         else:                                              # e.g. a time limit reached before the first step
             print("no training steps: loss.png not written")
-        plot_attention(trainer.model, *example, os.path.join(out, "attention.png"),
+        runs.plot_attention(trainer.model, *example, os.path.join(out, "attention.png"),
                        title=f"Cross-attention ({metrics['task']}, a held-out example)")
         written.append((os.path.join(out, "attention.png"), "cross-attention of every head on a held-out example"))
     return written

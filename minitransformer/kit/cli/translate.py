@@ -16,14 +16,10 @@ from __future__ import annotations
 import sys
 
 from minitransformer import decoding
+from minitransformer.kit.data.task_data import encode_sources, translate_ids
+from minitransformer.kit.running.runs import choose_blas_threads
 
-from .common import (
-    CLIError,
-    choose_blas_threads,
-    encode_sources,
-    load_run,
-    translate_ids,
-)
+from .common import CLIError, load_run
 
 
 def output_limit(src_len: int) -> int:
