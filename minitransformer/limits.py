@@ -20,18 +20,18 @@ MAX_POSITIONS = 1 << 24       # max_len * d_model: the sinusoidal table each sid
 # Integer settings of a run: (lowest, highest). The command line parses into these ranges, a run saves only values
 # inside them, and resume / evaluate / translate read the same ranges back.
 INT_SETTINGS = {
-    "seed": (0, 2 ** 63 - 1), "steps": (1, MAX_COUNT), "epochs": (1, MAX_COUNT), "warmup": (1, MAX_COUNT),
+    "seed": (0, MAX_COUNT), "steps": (1, MAX_COUNT), "epochs": (1, MAX_COUNT), "warmup": (1, MAX_COUNT),
     "batch_size": (1, 65_536), "max_tokens": (1, 10 ** 7), "vocab_size": (1, CONFIG_CAPS["src_vocab_size"]),
     "eval_every": (1, MAX_COUNT), "save_every": (1, MAX_COUNT), "keep": (1, 10 ** 6), "average": (1, 10 ** 6),
     "heldout": (1, 100_000), "beam_size": (1, 100), "limit": (1, MAX_COUNT), "workers": (1, 1024),
     "max_entries": (1, 1_000_000),
 }
 
-# Real-valued settings of a run: (lowest, highest, which ends belong: "[]", "(]" or "[)"). Bounded above so that
-# no product of them (a learning rate, a length penalty, minutes in seconds) leaves float32's range.
+# Real-valued settings of a run: (lowest, highest, which ends belong: "[]", "(]" or "[)"). Bounded on both sides so
+# that no product of them (a learning rate, a length penalty, minutes in seconds) overflows or underflows to 0.
 FLOAT_SETTINGS = {
-    "max_minutes": (0.0, 1e7, "(]"), "target": (0.0, 100.0, "[]"), "lr_factor": (0.0, 100.0, "(]"),
-    "label_smoothing": (0.0, 1.0, "[)"), "clip_norm": (0.0, 1e6, "(]"), "dropout": (0.0, 1.0, "[)"),
+    "max_minutes": (0.0, 1e7, "(]"), "target": (0.0, 100.0, "[]"), "lr_factor": (1e-6, 100.0, "[]"),
+    "label_smoothing": (0.0, 1.0, "[)"), "clip_norm": (1e-6, 1e6, "[]"), "dropout": (0.0, 0.99, "[]"),
     "alpha": (0.0, 10.0, "[]"),
 }
 
@@ -49,7 +49,9 @@ def bounds(name: str) -> tuple:
     """(lowest, highest, which ends belong) of a setting of INT_SETTINGS, FLOAT_SETTINGS, or a size of CONFIG_CAPS."""
     if name in FLOAT_SETTINGS:
         return FLOAT_SETTINGS[name]
-    return (*INT_SETTINGS[name], "[]") if name in INT_SETTINGS else (1, CONFIG_CAPS[name], "[]")
+    if name in INT_SETTINGS:
+        return (*INT_SETTINGS[name], "[]")
+    return (2 if name == "d_model" else 1, CONFIG_CAPS[name], "[]")     # d_model even: sines and cosines in pairs
 
 
 def expected(name: str) -> str:

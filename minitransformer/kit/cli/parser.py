@@ -29,6 +29,7 @@ def setting(name: str):
         if value is None or not limits.within(name, value):
             raise argparse.ArgumentTypeError(f"expected {limits.expected(name)}, got {text[:60]!r}")
         return value
+    parse.setting = name                                  # which limit it reads: tests walk every one
     return parse
 
 

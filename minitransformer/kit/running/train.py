@@ -46,6 +46,7 @@ from minitransformer.kit.running.checkpoint import (
     load_checkpoint,
     resolve_checkpoint,
 )
+from minitransformer.limits import MAX_HISTORY
 from minitransformer.optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
@@ -149,7 +150,7 @@ class Trainer:
                  continue that run with ``resume(checkpoint_dir)`` first, or choose an empty folder
     on_nonfinite "stop": raise NonFiniteError at a NaN/inf loss or gradient; "skip": drop that step
     max_skips    with "skip": raise NonFiniteError after this many dropped steps in a row (default 100)
-    progress     show a tqdm progress bar with loss, tokens/s and lr
+    progress     show a tqdm progress bar with loss, tokens/s and lr (the evaluation lines are printed either way)
     parallel     a ``fast.DataParallel(model, loss_fn, workers)``: each step's forward and backward run with
                  the batch split across its workers (the same loss and gradients); None: on the whole batch
     config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
@@ -304,6 +305,8 @@ class Trainer:
                 raise TypeError(f"Trainer: metric_fn must return a number, got {type(value).__name__} ({value!r})")
             metric = float(value)
         self.valid_history.append((self.step, valid_loss, metric))
+        if len(self.valid_history) > MAX_HISTORY:
+            self.valid_history = _thinned(self.valid_history, self.step)
         return valid_loss, metric
 
     def _target_reached(self, metric: float) -> bool:
@@ -350,6 +353,8 @@ class Trainer:
                     tps = tokens / dt if dt > 0 else float("inf")
                     lr = float(self.optimizer.lr)
                     self.history.append((self.step, float(loss), lr, tps))
+                    if len(self.history) > MAX_HISTORY:
+                        self.history = _thinned(self.history, self.step)
                     smooth_loss = loss if smooth_loss is None else 0.95 * smooth_loss + 0.05 * loss
                     smooth_tps = tps if smooth_tps is None else 0.9 * smooth_tps + 0.1 * tps
                     bar.update(1)
@@ -357,8 +362,7 @@ class Trainer:
                                     refresh=False)
                     if self.eval_every is not None and self.step % self.eval_every == 0:
                         valid_loss, metric = self.evaluate()
-                        if self.progress:
-                            bar.write(self._eval_line(valid_loss, metric))
+                        bar.write(self._eval_line(valid_loss, metric))
                         if self._target_reached(metric):
                             self.stop_reason = "target"
                     if self.save_every is not None and self.step % self.save_every == 0:
@@ -374,8 +378,7 @@ class Trainer:
         if self.stop_reason != "target" and (self.metric_fn is not None or self.valid_data) and \
                 (not self.valid_history or self.valid_history[-1][0] != self.step):
             valid_loss, metric = self.evaluate()
-            if self.progress:
-                print(self._eval_line(valid_loss, metric))
+            print(self._eval_line(valid_loss, metric))
         if self.checkpoints is not None and self.last_saved_step != self.step:
             self.save()
         return self.summary()
@@ -383,7 +386,8 @@ class Trainer:
     def _eval_line(self, valid_loss, metric) -> str:
         parts = [f"step {self.step}"]
         if math.isfinite(valid_loss):
-            parts.append(f"valid loss {valid_loss:.4f}")
+            smoothing = getattr(self.loss_fn, "label_smoothing", 0.0)
+            parts.append(f"valid loss {valid_loss:.4f}" + (f" (with label smoothing {smoothing:g})" if smoothing else ""))
         if math.isfinite(metric):
             parts.append(f"{self.metric_name} {self.metric_format(metric)}")
         return "  ".join(parts)
@@ -564,6 +568,16 @@ class Trainer:
                 raise ValueError(f"checkpoint {path}: the training state's {key} must be an int >= 0, "
                                  f"got {value!r:.40}")
         return state
+
+
+def _thinned(rows: list, step: int) -> list:
+    """A history past MAX_HISTORY rows, thinned: the rows whose step is a multiple of the smallest power of two that
+    keeps at most half of MAX_HISTORY of them, and the last row. Evenly spaced over the whole run, and decided by
+    the step alone, so a resumed run thins exactly as the uninterrupted one; its metadata stays bounded."""
+    stride = 1
+    while stride * MAX_HISTORY < 2 * step:
+        stride *= 2
+    return [row for row in rows[:-1] if row[0] % stride == 0] + rows[-1:]
 
 
 def full_config(config):
