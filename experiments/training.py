@@ -25,9 +25,9 @@ from dataclasses import replace
 import numpy
 
 import minitransformer as mt
-from minitransformer.kit.cli.defaults import task_settings
 from minitransformer.kit.data.task_data import bleu_of, load_pairs, task_data
 from minitransformer.kit.running.runs import build_trainer
+from minitransformer.kit.running.settings import task_settings
 from minitransformer.kit.running.train import unpack_batch
 
 MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "d_k", "dropout", "num_encoder_layers", "num_decoder_layers",

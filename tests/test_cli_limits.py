@@ -18,14 +18,14 @@ import pytest
 
 from minitransformer import limits
 from minitransformer.kit.cli import main
-from minitransformer.kit.cli.defaults import (
+from minitransformer.kit.cli.parser import build_parser
+from minitransformer.kit.running import checkpoint as ck
+from minitransformer.kit.running import train as train_module
+from minitransformer.kit.running.settings import (
     MODEL_OPTIONS,
     check_saved_settings,
     task_settings,
 )
-from minitransformer.kit.cli.parser import build_parser
-from minitransformer.kit.running import checkpoint as ck
-from minitransformer.kit.running import train as train_module
 from minitransformer.model import TransformerConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

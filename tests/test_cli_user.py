@@ -13,9 +13,9 @@ import pytest
 
 import minitransformer as mt
 from minitransformer.kit.cli import main
-from minitransformer.kit.cli.defaults import TASK_DEFAULTS
 from minitransformer.kit.cli.parser import build_parser
 from minitransformer.kit.data import datasets
+from minitransformer.kit.running.settings import TASK_DEFAULTS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24", "--no-progress", "--no-plots"]

@@ -1,17 +1,8 @@
-"""The command line: ``minitransformer train | translate | evaluate | gradcheck | download`` (``--help`` on each).
-
-    minitransformer train --task copy --out runs/copy          # seconds; 100% exact match
-    minitransformer train --task toy --out runs/toy            # minutes; English -> German, BLEU
-    minitransformer translate --checkpoint runs/toy "the dog sees the cat ."
-    minitransformer evaluate --checkpoint runs/toy --split test --beam-size 4
-
-``python -m minitransformer ...`` is the same. Errors in what the user typed or gave (an option out of its range in
-``minitransformer.limits``, a missing checkpoint, a damaged or crafted file, a run folder whose files are symbolic
-links) give a one-line message and exit code 2, never a traceback; MINITRANSFORMER_TRACEBACK=1 shows one anyway.
-
-The modules: parser.py (the options, and where each command is registered), defaults.py (each task's settings),
-one per command (train.py with task_data.py, translate.py, evaluate.py, gradcheck.py, download.py), common.py.
-"""
+"""The command line, ``minitransformer COMMAND`` (or ``python -m minitransformer COMMAND``): train, translate,
+evaluate, gradcheck, download; ``--help`` on each. parser.py holds the options and registers the commands, one
+module per command the rest (each task's settings: ``kit/running/settings.py``). A mistake in what the user typed or gave (an
+option out of its range in ``minitransformer.limits``, a missing or crafted checkpoint, a run folder whose files
+are symbolic links) is one line and exit code 2, never a traceback (MINITRANSFORMER_TRACEBACK=1 shows one)."""
 
 from __future__ import annotations
 

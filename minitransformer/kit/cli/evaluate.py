@@ -11,9 +11,9 @@ from minitransformer.kit.data.tasks import SequenceTask, exact_match
 from minitransformer.kit.running.checkpoint import step_of_file
 from minitransformer.kit.running.files import write_json
 from minitransformer.kit.running.runs import choose_blas_threads
+from minitransformer.kit.running.settings import check_saved_settings
 
 from .common import CLIError, check_outputs, load_run
-from .defaults import check_saved_settings
 
 
 def cmd_evaluate(args) -> int:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 from minitransformer import __version__, limits
+from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
-from .defaults import PRESETS, TASKS, defaults_table
 from .download import cmd_download
 from .evaluate import cmd_evaluate
 from .gradcheck import cmd_gradcheck
@@ -16,7 +16,7 @@ from .train import cmd_train
 from .translate import cmd_translate
 
 
-def setting(name: str):
+def setting_type(name: str):
     """An argparse ``type`` for the setting ``name``: the text as an int or float inside the setting's range in
     ``limits``, else an error saying what was expected and what came (argparse prints it, exit code 2)."""
     convert = float if name in limits.FLOAT_SETTINGS else int
@@ -33,8 +33,10 @@ def setting(name: str):
     return parse
 
 
-def _option(p, flag: str, name: str, help: str, **kw) -> None:
-    p.add_argument(flag, type=setting(name), metavar="N", help=f"{help}; {limits.expected(name)}", **kw)
+def _option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
+    """A numeric option whose range is the setting's (by default the one the flag names: --max-tokens, max_tokens)."""
+    setting = setting or flag[2:].replace("-", "_")
+    p.add_argument(flag, type=setting_type(setting), metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
 
 
 def _add_train(sub) -> None:
@@ -42,52 +44,51 @@ def _add_train(sub) -> None:
     # --resume lets only typed options replace the saved run's settings.
     t = sub.add_parser("train", help="train a model on a task and write metrics, checkpoints and plots",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=defaults_table(),
-                       description="Train from scratch (or --resume) and write into --out: metrics.json, the "
-                                   "checkpoints, loss.png and attention.png. An option not given takes the task's "
+                       description="Train from scratch (or --resume) and write into --out: metrics.json, the\n"
+                                   "checkpoints, loss.png and attention.png. An option not given takes the task's\n"
                                    "default (below).")
     t.add_argument("--task", required=True, choices=TASKS, help="what to learn")
     t.add_argument("--preset", choices=PRESETS, help="model size (replaces the task's model below)")
     t.add_argument("--reference", action="store_true", default=None,
                    help="train the readable core model (mt.Transformer), not the fast tier's, to step through a run")
-    _option(t, "--workers", "workers", "threads that each take a part of every batch on a replica of the model: "
-            "the same loss and gradients, other dropout masks (default 2; 1 with --reference)")
+    _option(t, "--workers", "threads that each take a part of every batch on a replica of the model: the same loss "
+                            "and gradients, other dropout masks (default 2; 1 with --reference)")
     t.add_argument("--out", help="output folder (default: runs/<task>)")
-    _option(t, "--seed", "seed", "random seed (default 0)")
+    _option(t, "--seed", "random seed (default 0)")
     stop = t.add_mutually_exclusive_group()
-    _option(stop, "--steps", "steps", "stop after this many optimiser steps")
-    _option(stop, "--epochs", "epochs", "stop after this many epochs")
-    _option(t, "--max-minutes", "max_minutes", "stop after this much time (minutes)")
-    _option(t, "--target", "target", "stop early when the validation metric reaches this, in the unit the run "
-            "prints: exact match in percent (copy, reverse), BLEU (toy, multi30k)")
-    _option(t, "--batch-size", "batch_size", "sequences per batch (copy, reverse)")
-    _option(t, "--max-tokens", "max_tokens", "token budget per batch and side (toy, multi30k)")
-    _option(t, "--lr-factor", "lr_factor", "factor of the Noam learning-rate schedule")
-    _option(t, "--warmup", "warmup", "warmup steps of the Noam schedule")
-    _option(t, "--label-smoothing", "label_smoothing", "label smoothing epsilon (paper: 0.1)")
-    _option(t, "--clip-norm", "clip_norm", "clip the gradient norm to this")
-    for flag, field, what in (("--dropout", "dropout", "dropout rate"), ("--d-model", "d_model", "model width"),
-                              ("--heads", "num_heads", "attention heads"), ("--layers", "num_encoder_layers",
-                              "encoder and decoder layers each"), ("--d-ff", "d_ff", "feed-forward width"),
-                              ("--d-k", "d_k", "size of each attention head (default d_model / heads)")):
-        _option(t, flag, field, f"{what} (replaces the preset's)", dest=flag[2:].replace("-", "_"))
+    _option(stop, "--steps", "stop after this many optimiser steps")
+    _option(stop, "--epochs", "stop after this many epochs")
+    _option(t, "--max-minutes", "stop after this many minutes")
+    _option(t, "--target", "stop early when the validation metric reaches this, in the unit the run prints: exact "
+                           "match in percent (copy, reverse), BLEU (toy, multi30k)")
+    _option(t, "--batch-size", "sequences per batch (copy, reverse)")
+    _option(t, "--max-tokens", "token budget per batch and side (toy, multi30k)")
+    _option(t, "--lr-factor", "factor of the Noam learning-rate schedule")
+    _option(t, "--warmup", "warmup steps of the Noam schedule")
+    _option(t, "--label-smoothing", "label smoothing epsilon (paper: 0.1)")
+    _option(t, "--clip-norm", "clip the gradient norm to this")
+    _option(t, "--dropout", "dropout rate (replaces the preset's)")
+    _option(t, "--d-model", "model width (replaces the preset's)")
+    _option(t, "--heads", "attention heads (replaces the preset's)", "num_heads")
+    _option(t, "--layers", "encoder and decoder layers each (replaces the preset's)", "num_encoder_layers")
+    _option(t, "--d-ff", "feed-forward width (replaces the preset's)")
+    _option(t, "--d-k", "size of each attention head (default d_model / heads)")
     t.add_argument("--positional", choices=("sinusoidal", "learned"),
                    help="position information: the paper's sinusoids (default) or a learned table")
     t.add_argument("--norm-first", action="store_const", const=True, default=None,
                    help="pre-LN sublayers, x + Sublayer(LayerNorm(x)), instead of the paper's post-LN")
-    _option(t, "--vocab-size", "vocab_size", "BPE vocabulary size (multi30k)")
-    _option(t, "--eval-every", "eval_every", "evaluate every so many steps")
-    _option(t, "--save-every", "save_every", "save a checkpoint every so many steps")
-    _option(t, "--keep", "keep", "step checkpoints to keep (default 5)")
-    _option(t, "--average", "average", "score the mean of the weights of the last N step checkpoints (paper "
-            "§6.1; at most --keep; default 1)")
-    _option(t, "--heldout", "heldout", "held-out sequences for exact match (copy, reverse; default 1000)")
-    _option(t, "--beam-size", "beam_size", "beam size of the final test evaluation (toy, multi30k; default 1: "
-            "greedy)")
-    _option(t, "--limit", "limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; "
-            "default: 200 valid, all test)")
+    _option(t, "--vocab-size", "BPE vocabulary size (multi30k)")
+    _option(t, "--eval-every", "evaluate every so many steps")
+    _option(t, "--save-every", "save a checkpoint every so many steps")
+    _option(t, "--keep", "step checkpoints kept (default 5)")
+    _option(t, "--average", "score the mean of the weights of the last N step checkpoints (paper §6.1; at most "
+                            "--keep; default 1)")
+    _option(t, "--heldout", "held-out sequences for exact match (copy, reverse; default 1000)")
+    _option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
+    _option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
+                          "200 valid, all test)")
     t.add_argument("--data-dir", help="folder with the Multi30k files (default: where `download` puts them)")
-    t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip "
-                                                                     "the step")
+    t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip it")
     again = t.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own "
                                                              "settings except the stop/report options given here")
@@ -102,20 +103,18 @@ def _add_train(sub) -> None:
 
 def _decoding_options(p) -> None:
     p.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint file")
-    _option(p, "--beam-size", "beam_size", "beam size (default 1: greedy)", default=1)
-    _option(p, "--alpha", "alpha", "length penalty of beam search (default 0.6)", default=0.6)
-    _option(p, "--average", "average", "use the mean of the weights of N saved step checkpoints (paper §6.1): "
-            "the N ending at --checkpoint's step if it names a step file, else the newest N")
+    _option(p, "--beam-size", "beam size (default 1: greedy)", default=1)
+    _option(p, "--alpha", "length penalty of beam search (default 0.6)", default=0.6)
+    _option(p, "--average", "use the mean of the weights of N saved step checkpoints (paper §6.1): the N ending "
+                            "at --checkpoint's step if it names a step file, else the newest N")
 
 
 def _add_translate(sub) -> None:
     tr = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
                         description="Translate the sentences given, or else each line of standard input as it "
-                                    "arrives (one output line per input line). Each is prepared as the training "
-                                    "text was (lowercased where the model's vocabulary is, punctuation split off); "
-                                    "stderr names, per line, the words the model does not know and any tokens cut "
-                                    "beyond its length. A translation has at most 2 x (source tokens) + 10 tokens, "
-                                    "and at most source tokens + 50.")
+                                    "arrives. Each is prepared as the training text was; stderr names the words the "
+                                    "model does not know and tokens cut beyond its length. A translation has at "
+                                    "most 2 x (source tokens) + 10 tokens, and at most source tokens + 50.")
     tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _decoding_options(tr)
     tr.add_argument("--quiet", action="store_true", help="no notes on stderr about the input")
@@ -132,7 +131,7 @@ def _add_evaluate(sub) -> None:
                     help="data split (default test; a copy/reverse checkpoint is scored on its held-out sequences)")
     ev.add_argument("--data-dir", help="folder with the Multi30k files (default: the run's)")
     ev.add_argument("--json", dest="json_path", help="write the result here (default: <run>/eval-<split>.json)")
-    _option(ev, "--limit", "limit", "evaluate only the first N sentences")
+    _option(ev, "--limit", "evaluate only the first N sentences")
     ev.set_defaults(run=cmd_evaluate)
 
 
@@ -141,8 +140,8 @@ def _add_gradcheck(sub) -> None:
                         description="Check every layer's backward against central finite differences in float64 "
                                     "and print the largest relative error of each: the proof, for class, that "
                                     "each hand-written gradient is right. Exit code 1 if one fails.")
-    _option(gc, "--max-entries", "max_entries", "entries checked per tensor, at random (default 30)", default=30)
-    _option(gc, "--seed", "seed", "random seed (default 0)", default=0)
+    _option(gc, "--max-entries", "entries checked per tensor, at random (default 30)", default=30)
+    _option(gc, "--seed", "random seed (default 0)", default=0)
     gc.add_argument("--verbose", action="store_true", help="print every tensor's row, not only each layer's")
     gc.set_defaults(run=cmd_gradcheck)
 

@@ -1,11 +1,7 @@
 """``minitransformer train`` as a straight line: the settings resolved once (``plan_run``, the one reader of the
-command line), then data, model, trainer, fit, score, files.
-
-A resumed run keeps the settings it was started with (it computes what the uninterrupted run would have),
-except RESUMABLE_OVERRIDES typed on this command line, which only change when the run stops and what it reports.
-A fresh run never writes over a file already in --out; --overwrite removes the earlier run's files once the new
-run's config, data and model are built.
-"""
+command line), then data, model, trainer, fit, score, files. A resumed run keeps the settings it was started with
+(it computes what the uninterrupted run would have), except RESUMABLE_OVERRIDES typed on this command line, which
+only change when the run stops and what it reports. A fresh run never writes over a file already in --out."""
 
 from __future__ import annotations
 
@@ -19,11 +15,15 @@ from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.running import runs
 from minitransformer.kit.running.files import write_json
+from minitransformer.kit.running.settings import (
+    MODEL_OPTIONS,
+    OPTIONAL_SAVED,
+    check_saved_settings,
+    task_settings,
+)
 from minitransformer.kit.running.train import Trainer, full_config
 
-from . import common
-from .common import CLIError
-from .defaults import MODEL_OPTIONS, OPTIONAL_SAVED, check_saved_settings, task_settings
+from .common import CLIError, check_outputs, tokenizers_from_checkpoint
 
 # What --resume may change: when and how the run stops and reports, never what it computes.
 RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "average",
@@ -47,7 +47,7 @@ def cmd_train(args) -> int:
     run = plan_run(args)
     settings, out, wall_start = run.settings, run.out, time.perf_counter()
     backend.manual_seed(settings["seed"])
-    data = task_data(settings, run.resume_from and common.tokenizers_from_checkpoint(run.resume_from))
+    data = task_data(settings, run.resume_from and tokenizers_from_checkpoint(run.resume_from))
     if run.resume_from is not None and full_config(run.resume_from.config) != data.config.to_dict():
         raise CLIError(f"--resume: {run.resume_from.path} does not hold the model its saved settings describe")
     workers = settings["workers"] if backend.get_backend() == "numpy" else 1  # a GPU would run the parts in turn
@@ -65,7 +65,7 @@ def cmd_train(args) -> int:
     stopped = trainer.stop_description()
     print(f"stopped: {stopped}")
 
-    scores, example = runs.final_score(settings, data, trainer.model, _average_last_checkpoints(settings, out, trainer))
+    scores, example = runs.final_score(settings, data, trainer.model, out)
     metrics = {"task": settings["task"], "tier": "reference" if settings.get("reference") else "fast",
                **{k: summary[k] for k in ("steps", "epoch", "loss", "valid_loss", "train_seconds", "train_cpu_seconds",
                                           "tokens_per_second", "stop_reason")},
@@ -114,7 +114,7 @@ def plan_run(args) -> Run:
         print(f"--resume: no checkpoint in {out} yet: starting from scratch", file=sys.stderr)
     if run.resume_from is not None:                        # before any work: a trap refuses the run, not its end
         steps = [os.path.basename(p) for p in ckpt.list_checkpoints(out)]
-        common.check_outputs(out, ["metrics.json", *(PLOT_FILES if run.settings["plots"] else ()), ckpt.LATEST, *steps])
+        check_outputs(out, ["metrics.json", *(PLOT_FILES if run.settings["plots"] else ()), ckpt.LATEST, *steps])
     return run
 
 
@@ -154,9 +154,8 @@ def _refuse_an_earlier_run(out: str, plots: bool) -> None:
 
 
 def _start(trainer: Trainer, run: Run) -> None:
-    """Continue the saved run, or (--overwrite) delete what an earlier run and `evaluate` wrote in --out, only
-    now that the config, data and model are built (a mistake in any of them leaves the old run whole), and
-    only those names: any other file of the folder stays."""
+    """Continue the saved run, or (--overwrite) delete what an earlier run and `evaluate` wrote in --out (those
+    names only), now that the config, data and model are built: a mistake in any of them leaves the old run whole."""
     if run.resume_from is not None:
         trainer.resume(run.resume_from.path)
         print(f"resumed {run.out} at step {trainer.step} (epoch {trainer.train_data.epoch}, "
@@ -170,28 +169,12 @@ def _start(trainer: Trainer, run: Run) -> None:
             print(f"--overwrite: removed the earlier run's {', '.join(names)} from {run.out}", file=sys.stderr)
 
 
-# ============================================================================ final score and files
-
-def _average_last_checkpoints(settings: dict, out: str, trainer) -> list:
-    """With average N > 1: load the mean of the weights of the run's last N step checkpoints into the model
-    (paper §6.1), which the final score measures; the files stay as they are. -> the files averaged, oldest first"""
-    n = settings.get("average", 1)
-    used = ckpt.last_checkpoints(out, n) if n > 1 else []
-    if n > 1 and len(used) < n:
-        print(f"--average {n}: only {len(used)} step checkpoint(s) in {out}; "
-              f"{'averaging those' if used else 'scoring the last model'}", file=sys.stderr)
-    if used:
-        trainer.model.load_state_dict(ckpt.average_checkpoints(used))
-    return used
-
-
 def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tuple) -> list:
     """metrics.json and (unless --no-plots) the plots. -> (path, what it holds) of every file of the run."""
     write_json(os.path.join(out, "metrics.json"), metrics, "metrics")
     score = "test BLEU" if "bleu" in metrics else "held-out exact match"
-    note = f"the trained model (step {trainer.step}): translate or evaluate --checkpoint {out}"
-    if metrics["averaged"] > 1:
-        n = metrics["averaged"]
+    n, note = metrics["averaged"], f"the trained model (step {trainer.step}): translate or evaluate --checkpoint {out}"
+    if n > 1:
         note = (f"the last model (step {trainer.step}); the score is of the mean of the last {n} step "
                 f"checkpoints: translate or evaluate --checkpoint {out} --average {n}")
     written = [(os.path.join(out, "metrics.json"), f"final metrics: {score}, times, settings"),
@@ -204,6 +187,6 @@ def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tup
         else:                                              # e.g. a time limit reached before the first step
             print("no training steps: loss.png not written")
         runs.plot_attention(trainer.model, *example, os.path.join(out, "attention.png"),
-                       title=f"Cross-attention ({metrics['task']}, a held-out example)")
+                            title=f"Cross-attention ({metrics['task']}, a held-out example)")
         written.append((os.path.join(out, "attention.png"), "cross-attention of every head on a held-out example"))
     return written

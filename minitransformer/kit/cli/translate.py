@@ -1,15 +1,8 @@
 """``minitransformer translate``: sentences in, translations out, one line each, each printed as soon as its line
-of standard input arrives.
-
-Each sentence is prepared as the training text was (the tokeniser's ``pieces``: lowercased where the model's
-vocabulary is, punctuation split off), and stderr says, per input line, what the model could not read: the
-words it never saw (they read as <unk>), the tokens cut beyond its max_len, a translation that ran into the
-length limit, and once, input that looks like the language the model writes. ``--quiet`` keeps stderr silent.
-
-The length limit: a translation gets at most 2 x (source tokens) + 10 tokens, and never more than the paper's
-source tokens + 50 (§6.1, meant for real sentences). A model that did not understand its input otherwise
-repeats a word up to that limit: fifty words for a one-word line.
-"""
+of standard input arrives. Each is prepared as the training text was (the tokeniser's ``pieces``), and stderr says
+what the model could not read: unknown words, tokens cut beyond max_len, a translation cut by the length limit,
+and once, input that looks like the language the model writes. The limit: 2 x (source tokens) + 10 tokens, at
+most the paper's source + 50 (§6.1); a model that did not understand its input would repeat a word up to it."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ trained model's final score, and the run's figures (loss.png, attention.png)."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy
 
@@ -88,10 +89,18 @@ def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
 
 # ============================================================================ score and figures
 
-def final_score(settings: dict, data, model, averaged: list) -> tuple:
-    """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the trained model (or the mean of its last
-    checkpoints). -> (the scores for metrics.json, the attention plot's example: source ids, their labels,
-    and the function that labels target ids)"""
+def final_score(settings: dict, data, model, out) -> tuple:
+    """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the trained model, or with the setting average
+    N > 1, of the mean of the weights of its last N step checkpoints in ``out`` (paper §6.1), loaded into the
+    model (the files stay as they are). -> (the scores for metrics.json, the attention plot's example: source
+    ids, their labels, and the function that labels target ids)"""
+    n = settings.get("average", 1)
+    averaged = ckpt.last_checkpoints(out, n) if n > 1 else []
+    if n > 1 and len(averaged) < n:
+        print(f"average {n}: only {len(averaged)} step checkpoint(s) in {out}; "
+              f"{'averaging those' if averaged else 'scoring the last model'}", file=sys.stderr)
+    if averaged:
+        model.load_state_dict(ckpt.average_checkpoints(averaged))
     model.eval()
     steps = [ckpt.step_of_file(p) for p in averaged]
     average = {"averaged": max(len(averaged), 1), "averaged_steps": steps}

@@ -1,8 +1,10 @@
-"""Each task's tuned settings, and the settings of a `train` run: those defaults with the options typed.
+"""The settings of a training run: each task's tuned defaults, those with the options typed (``task_settings``,
+as ``minitransformer train`` and the studies resolve them), and the check the settings a checkpoint holds get.
 
 The table is in the units the command line takes (``target`` of copy/reverse in percent, as the run prints exact
-match); a run's settings hold exact match as the fraction the model is scored by. The measurements behind the
-numbers are in benchmarks/RESULTS.md, "Why the task defaults are what they are".
+match); a run's settings hold exact match as the fraction the model is scored by. Every number's range is in
+``minitransformer.limits``. The measurements behind the defaults are in benchmarks/RESULTS.md, "Why the task
+defaults are what they are".
 """
 
 from __future__ import annotations
