@@ -7,7 +7,7 @@ with the BLAS threads the program chooses ("new") and with the BLAS library's de
 
 "old" runs with OPENBLAS_NUM_THREADS set to the cores this process may use, which is the count OpenBLAS takes
 by itself (and the count the package's own thread pool takes); "new" runs with no BLAS variable set, so the
-program chooses (``minitransformer.kit.cli.common.choose_blas_threads``). Each run is a fresh subprocess of this
+program chooses (``minitransformer.kit.running.runs.choose_blas_threads``). Each run is a fresh subprocess of this
 checkout; the old and new runs of a condition alternate, so a change in the machine's load reaches both.
 Target of the whole job: test BLEU >= 95 in under 3 minutes of wall time on 2 cores with one of them kept busy.
 Each row also gives the job's CPU seconds and the mean 1-minute load average while it ran (sampled every 5 s):

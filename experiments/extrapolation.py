@@ -29,14 +29,14 @@ import training
 
 import minitransformer as mt
 from minitransformer.decoding import greedy_decode
-from minitransformer.kit.cli.common import tier
-from minitransformer.kit.cli.task_data import task_data
+from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.data.tasks import (
     SequenceTask,
     TaskBatches,
     exact_match,
     heldout_batches,
 )
+from minitransformer.kit.running.runs import tier
 from minitransformer.kit.running.train import unpack_batch
 
 NAME = "extrapolation"

@@ -1,7 +1,7 @@
 """Training runs for the studies of the paper's choices (Table 3 and the questions around it).
 
 A run here is what ``minitransformer train --task TASK`` would train, with some of its settings changed: the
-same data, model, loss, Adam and Noam schedule (``cli.train._build_trainer``), so a study measures the model
+same data, model, loss, Adam and Noam schedule (``kit.running.runs.build_trainer``), so a study measures the model
 the command line trains. What a study then measures of the trained model is here too:
 
     true_perplexity   exp(mean negative log-likelihood per target token) with no label smoothing: the
@@ -25,11 +25,9 @@ from dataclasses import replace
 import numpy
 
 import minitransformer as mt
-from minitransformer.kit.cli.common import bleu_of, load_pairs
-from minitransformer.kit.cli.defaults import task_settings
-from minitransformer.kit.cli.parser import build_parser
-from minitransformer.kit.cli.task_data import task_data
-from minitransformer.kit.cli.train import _build_trainer
+from minitransformer.kit.data.task_data import bleu_of, load_pairs, task_data
+from minitransformer.kit.running.runs import build_trainer
+from minitransformer.kit.running.settings import task_settings
 from minitransformer.kit.running.train import unpack_batch
 
 MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "d_k", "dropout", "num_encoder_layers", "num_decoder_layers",
@@ -40,7 +38,7 @@ def settings_for(task: str, **changes) -> dict:
     """The settings of ``minitransformer train --task TASK`` with ``changes``: a model field (d_model, num_heads,
     d_k, dropout, positional, ...) changes the model, any other name the run's setting of that name (steps,
     seed, label_smoothing, warmup, lr_factor, ...). No progress bar, no plots, no evaluation during training."""
-    settings = task_settings(build_parser().parse_args(["train", "--task", task]))
+    settings = task_settings(task)
     settings.update(progress=False, plots=False, eval_every=None, save_every=None, target=None)
     for name, value in changes.items():
         if name in MODEL_FIELDS:
@@ -62,7 +60,7 @@ def train(settings: dict, data=None, out=None):
         with contextlib.redirect_stdout(io.StringIO()):       # "building vocabularies ..."
             data = task_data(settings)
     data = replace(data, metric_fn=None)                      # BLEU is measured once, after training
-    trainer = _build_trainer(settings, data, out)
+    trainer = build_trainer(settings, data, out)
     trainer.fit()
     trainer.model.eval()
     return trainer, data

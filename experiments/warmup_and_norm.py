@@ -35,9 +35,9 @@ import numpy
 import training
 
 import minitransformer as mt
-from minitransformer.kit.cli.common import tier
-from minitransformer.kit.cli.task_data import task_data
+from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.data.tasks import exact_match
+from minitransformer.kit.running.runs import tier
 from minitransformer.kit.running.train import NonFiniteError, unpack_batch
 
 NAME = "warmup_and_norm"

@@ -16,6 +16,11 @@ from minitransformer.kit.cli import main
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "24", "--no-progress"]
 PNG = b"\x89PNG\r\n\x1a\n"
+LATEST, EXT = ck.LATEST, os.path.splitext(ck.LATEST)[1]        # the checkpoint format's own file names
+
+
+def step_file(step: int) -> str:
+    return f"checkpoint-{step}{EXT}"
 
 
 def run_cli(*args, stdin=None):
@@ -44,7 +49,7 @@ def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
     for key in ("loss", "train_seconds", "tokens_per_second", "config", "wall_seconds"):
         assert key in metrics
     assert metrics["config"]["d_model"] == 16 and metrics["tokens_per_second"] > 0
-    assert ck.load_checkpoint(os.path.join(out, "checkpoint.safetensors")).step == 12
+    assert ck.load_checkpoint(os.path.join(out, LATEST)).step == 12
     for name in ("loss.png", "attention.png"):
         with open(os.path.join(out, name), "rb") as f:
             assert f.read(8) == PNG
@@ -54,7 +59,7 @@ def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
     # the last lines name every file of the run, by its path
     listed = printed.split("files written:\n")[1].splitlines()
     assert [line.split()[0] for line in listed] == [os.path.join(out, name) for name in (
-        "metrics.json", "checkpoint.safetensors", "checkpoint-12.safetensors", "loss.png", "attention.png")]
+        "metrics.json", LATEST, step_file(12), "loss.png", "attention.png")]
 
 
 def test_train_output_names_the_metric_and_why_it_stopped(tmp_path, capsys):
@@ -115,8 +120,8 @@ def test_a_command_leaves_the_callers_blas_threads_as_they_were(tmp_path, monkey
 def test_blas_threads_fall_back_silently_without_openblas(monkeypatch):
     from minitransformer.fast import threads
 
-    nothing = threads.threadpoolctl.ThreadpoolController().select(user_api="none")   # as with Accelerate: no BLAS found
-    monkeypatch.setattr(threads, "_blas_controller", lambda: (nothing, None))
+    monkeypatch.setattr(threads, "_blas", threads._Blas())                   # forget the library found
+    monkeypatch.setattr(threads, "_openblas_paths", list)                     # macOS/Accelerate, MKL: none
     for var in threads.BLAS_ENV_VARS:
         monkeypatch.delenv(var, raising=False)
     assert threads.blas_threads() is None and threads.set_blas_threads(1) is False
@@ -174,7 +179,7 @@ def test_translate_and_evaluate_read_a_toy_checkpoint(toy_run, capsys, monkeypat
     assert len(capsys.readouterr().out.splitlines()) == 1
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("the dog sees the cat .\n\na man runs .\n"))
-    assert main(["translate", "--checkpoint", os.path.join(toy_run, "checkpoint.safetensors"), "--beam-size", "2"]) == 0
+    assert main(["translate", "--checkpoint", os.path.join(toy_run, LATEST), "--beam-size", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and lines[1] == ""              # one line out per line in, empty stays empty
 
@@ -253,12 +258,12 @@ def test_gradcheck_prints_a_table(capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["train", "--task", "nope"], "invalid choice: 'nope'"),
-    (["train", "--task", "copy", "--steps", "0"], "expected a positive integer, got '0'"),
+    (["train", "--task", "copy", "--steps", "0"], "expected an integer in [1, 1,000,000,000], got '0'"),
     (["train", "--task", "copy", "--steps", "5", "--epochs", "2"], "not allowed with argument"),
-    (["train", "--task", "copy", "--dropout", "1.5"], "expected a number in [0, 1)"),
-    (["evaluate", "--checkpoint", "x", "--alpha", "-1"], "argument --alpha: expected a number >= 0, got '-1'"),
+    (["train", "--task", "copy", "--dropout", "1.5"], "expected a number in [0, 0.99], got '1.5'"),
+    (["evaluate", "--checkpoint", "x", "--alpha", "-1"], "argument --alpha: expected a number in [0, 10], got '-1'"),
     (["train", "--task", "copy", "--resume", "--overwrite"], "argument --overwrite: not allowed with argument --resume"),
-    (["translate", "--checkpoint", "x", "--alpha", "-0.5"], "argument --alpha: expected a number >= 0, got '-0.5'"),
+    (["translate", "--checkpoint", "x", "--alpha", "-0.5"], "argument --alpha: expected a number in [0, 10], got '-0.5'"),
     (["train"], "the following arguments are required: --task"),
     (["evaluate", "--checkpoint", "x", "--split", "dev"], "invalid choice: 'dev'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -275,7 +280,7 @@ def test_bad_arguments_exit_2_with_usage(args, message, capsys):
 def test_bad_arguments_in_a_subprocess_have_no_traceback():
     proc = run_cli("train", "--task", "copy", "--lr-factor", "-1")
     assert proc.returncode == 2
-    assert "usage:" in proc.stderr and "expected a positive number, got '-1'" in proc.stderr
+    assert "usage:" in proc.stderr and "argument --lr-factor: expected a number in [1e-06, 100], got '-1'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -288,10 +293,10 @@ def test_missing_checkpoint_names_the_path(tmp_path):
 def test_damaged_checkpoint_is_refused_with_a_message(tmp_path, capsys):
     out = str(tmp_path / "copy")
     assert main(["train", "--task", "copy", "--steps", "2", "--heldout", "5", "--no-plots", "--out", out, *SMALL]) == 0
-    path = os.path.join(out, "checkpoint.safetensors")
+    path = os.path.join(out, LATEST)
     data = bytearray(Path(path).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    Path(path).write_bytes(bytes(data))                     # in place: checkpoint-2.safetensors is another file
+    Path(path).write_bytes(bytes(data))                     # in place: the step file is another file
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", out]) == 2
     err = capsys.readouterr().err
@@ -317,7 +322,7 @@ def test_fresh_run_refuses_to_mix_with_an_old_one(tmp_path, capsys):
     assert main(args) == 2
     assert "already holds the checkpoints of a run" in capsys.readouterr().err
     assert main(args + ["--overwrite", "--steps", "1"]) == 0
-    assert sorted(n for n in os.listdir(out) if n.endswith(".safetensors")) == ["checkpoint-1.safetensors", "checkpoint.safetensors"]
+    assert sorted(n for n in os.listdir(out) if n.endswith(EXT)) == [step_file(1), LATEST]
 
 
 def test_python_dash_m_help():
@@ -331,15 +336,15 @@ def test_nonfinite_exit_code_is_1(tmp_path, capsys, monkeypatch):
     assert main(["train", "--task", "copy", "--steps", "3", "--heldout", "5", "--no-plots", "--out", out, *SMALL]) == 1
     err = capsys.readouterr().err
     assert "non-finite loss nan at step 1" in err and "no checkpoint was written" in err
-    assert not os.path.exists(os.path.join(out, "checkpoint.safetensors"))
+    assert not os.path.exists(os.path.join(out, LATEST))
 
 
 # ------------------------------------------------------------------------------------------ run folders
 
 def step_files(folder):
-    """The steps of the checkpoint-<step>.safetensors files in a folder, sorted."""
-    return sorted(int(n[len("checkpoint-"):-len(".safetensors")]) for n in os.listdir(folder)
-                  if n.startswith("checkpoint-") and n.endswith(".safetensors"))
+    """The steps of the step checkpoint files in a folder, sorted."""
+    return sorted(int(n[len("checkpoint-"):-len(EXT)]) for n in os.listdir(folder)
+                  if n.startswith("checkpoint-") and n.endswith(EXT))
 
 
 def test_plain_resume_keeps_the_runs_own_stop_and_report_settings(tmp_path, capsys):
@@ -361,23 +366,23 @@ def test_plain_resume_keeps_the_runs_own_stop_and_report_settings(tmp_path, caps
     metrics = json.loads(Path(os.path.join(out, "metrics.json")).read_text())
     assert metrics["steps"] == 9 and metrics["settings"]["save_every"] == 3
     assert step_files(out) == [6, 9]                        # saved every 3 steps, the last 2 kept
-    history = ck.load_checkpoint(os.path.join(out, "checkpoint.safetensors")).extra["trainer"]["valid_history"]
+    history = ck.load_checkpoint(os.path.join(out, LATEST)).extra["trainer"]["valid_history"]
     assert [row[0] for row in history] == [3, 6, 9]          # evaluated every 3 steps
 
 
-def test_resume_without_the_latest_checkpoint_continues_from_the_newest_step_file(tmp_path, capsys):
-    """checkpoint.safetensors deleted: --resume continues from the newest step file. Starting from scratch instead would
+def test_resume_without_checkpoint_npz_continues_from_the_newest_step_file(tmp_path, capsys):
+    """The latest checkpoint deleted: --resume continues from the newest step file. Starting from scratch instead would
     put two runs in one folder, and pruning would delete the new run's files while keeping the old run's."""
     out = str(tmp_path / "copy")
     base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--eval-every", "1000", "--out", out, *SMALL]
     assert main(base + ["--steps", "8", "--save-every", "2", "--keep", "3"]) == 0
-    os.remove(os.path.join(out, "checkpoint.safetensors"))
+    os.remove(os.path.join(out, LATEST))
     capsys.readouterr()
     assert main(base + ["--resume", "--steps", "10"]) == 0
     captured = capsys.readouterr()
-    assert "checkpoint-8.safetensors" in captured.err and "resumed" in captured.out and "at step 8" in captured.out
+    assert step_file(8) in captured.err and "resumed" in captured.out and "at step 8" in captured.out
     assert step_files(out) == [6, 8, 10]
-    assert ck.load_checkpoint(os.path.join(out, "checkpoint.safetensors")).step == 10
+    assert ck.load_checkpoint(os.path.join(out, LATEST)).step == 10
     assert json.loads(Path(os.path.join(out, "metrics.json")).read_text())["steps"] == 10
 
 
@@ -385,7 +390,7 @@ def test_overwrite_removes_the_old_run_only_once_the_new_one_is_ready(tmp_path, 
     out = tmp_path / "copy"
     base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", str(out), *SMALL]
     assert main(base + ["--steps", "2"]) == 0
-    for name in ("loss.png", "attention.png", "eval-test.json", "notes.txt", "checkpoint-best.safetensors"):
+    for name in ("loss.png", "attention.png", "eval-test.json", "notes.txt", f"checkpoint-best{EXT}"):
         (out / name).write_text("from before")              # the old run's plots and evaluation, the user's own
     before = sorted(os.listdir(out))
     capsys.readouterr()
@@ -397,9 +402,9 @@ def test_overwrite_removes_the_old_run_only_once_the_new_one_is_ready(tmp_path, 
     capsys.readouterr()
     assert main(base + ["--overwrite", "--steps", "1"]) == 0
     # the old run's files are gone (stale plots and evaluations too), the user's files stay
-    assert sorted(os.listdir(out)) == ["checkpoint-1.safetensors", "checkpoint-best.safetensors", "checkpoint.safetensors", "metrics.json",
+    assert sorted(os.listdir(out)) == [step_file(1), f"checkpoint-best{EXT}", LATEST, "metrics.json",
                                        "notes.txt"]
-    assert (out / "notes.txt").read_text() == (out / "checkpoint-best.safetensors").read_text() == "from before"
+    assert (out / "notes.txt").read_text() == (out / f"checkpoint-best{EXT}").read_text() == "from before"
     assert json.loads((out / "metrics.json").read_text())["steps"] == 1
 
 
@@ -408,32 +413,32 @@ def test_evaluate_average_ends_at_the_named_checkpoint(tmp_path, capsys):
     assert main(["train", "--task", "copy", "--steps", "5", "--save-every", "1", "--heldout", "5", "--no-plots",
                  "--eval-every", "1000", "--out", out, *SMALL]) == 0
     json_path = str(tmp_path / "eval.json")
-    assert main(["evaluate", "--checkpoint", os.path.join(out, "checkpoint-3.safetensors"), "--average", "2",
+    assert main(["evaluate", "--checkpoint", os.path.join(out, step_file(3)), "--average", "2",
                  "--json", json_path]) == 0
     result = json.loads(Path(json_path).read_text())
-    assert [os.path.basename(p) for p in result["checkpoint"]] == ["checkpoint-2.safetensors", "checkpoint-3.safetensors"]
+    assert [os.path.basename(p) for p in result["checkpoint"]] == [step_file(2), step_file(3)]
     assert result["step"] == 3 and result["averaged"] == 2
-    # the folder (or checkpoint.safetensors): the newest N, and the step of the newest
+    # the folder (or the latest checkpoint): the newest N, and the step of the newest
     assert main(["evaluate", "--checkpoint", out, "--average", "2", "--json", json_path]) == 0
     result = json.loads(Path(json_path).read_text())
-    assert [os.path.basename(p) for p in result["checkpoint"]] == ["checkpoint-4.safetensors", "checkpoint-5.safetensors"]
+    assert [os.path.basename(p) for p in result["checkpoint"]] == [step_file(4), step_file(5)]
     assert result["step"] == 5
     capsys.readouterr()
     # fewer step files up to the named one than asked for: averages those, and says so
-    assert main(["evaluate", "--checkpoint", os.path.join(out, "checkpoint-1.safetensors"), "--average", "3",
+    assert main(["evaluate", "--checkpoint", os.path.join(out, step_file(1)), "--average", "3",
                  "--json", json_path]) == 0
     assert "only 1 checkpoint" in capsys.readouterr().err
     result = json.loads(Path(json_path).read_text())
-    assert [os.path.basename(p) for p in result["checkpoint"]] == ["checkpoint-1.safetensors"] and result["step"] == 1
+    assert [os.path.basename(p) for p in result["checkpoint"]] == [step_file(1)] and result["step"] == 1
 
 
 def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys, monkeypatch):
     """--average N: the model the final score measures holds the mean of the last N step checkpoints' weights
-    (computed here from the files), the score is the one evaluate --average N gives, and checkpoint.safetensors stays
+    (computed here from the files), the score is the one evaluate --average N gives, and the latest checkpoint stays
     the last step's, for --resume."""
     import numpy
 
-    from minitransformer.kit.cli import train as train_cli
+    from minitransformer.kit.running import runs
 
     scored = []
 
@@ -441,7 +446,7 @@ def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys,
         scored.append(model.state_dict())
         return mt.tasks.exact_match(model, heldout)
 
-    monkeypatch.setattr(train_cli, "exact_match", recording_exact_match)
+    monkeypatch.setattr(runs, "exact_match", recording_exact_match)
     out = str(tmp_path / "copy")
     assert main(["train", "--task", "copy", "--steps", "7", "--save-every", "2", "--average", "3", "--keep", "3",
                  "--heldout", "20", "--no-plots", "--eval-every", "1000", "--out", out, *SMALL]) == 0
@@ -449,13 +454,13 @@ def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys,
     metrics = json.loads(Path(out, "metrics.json").read_text())
     assert metrics["averaged"] == 3 and metrics["averaged_steps"] == [4, 6, 7]
     assert "average of 3 checkpoints, steps 4-7" in printed and f"--checkpoint {out} --average 3" in printed
-    files = [ck.load_checkpoint(os.path.join(out, f"checkpoint-{step}.safetensors")).weights for step in (4, 6, 7)]
+    files = [ck.load_checkpoint(os.path.join(out, step_file(step))).weights for step in (4, 6, 7)]
     (weights,) = scored
     for name, value in weights.items():
         mean = (files[0][name].astype(numpy.float64) + files[1][name] + files[2][name]) / 3
         numpy.testing.assert_allclose(value, mean, rtol=1e-6, atol=1e-7)
     assert any(not numpy.allclose(weights[k], files[2][k]) for k in weights)    # not the last model
-    last = ck.load_checkpoint(os.path.join(out, "checkpoint.safetensors"))
+    last = ck.load_checkpoint(os.path.join(out, LATEST))
     assert last.step == 7 and all(numpy.array_equal(last.weights[k], files[2][k]) for k in files[2])
     json_path = str(tmp_path / "eval.json")
     assert main(["evaluate", "--checkpoint", out, "--average", "3", "--json", json_path]) == 0
@@ -475,8 +480,9 @@ def test_translate_average_uses_the_mean_of_the_checkpoints(toy_run, capsys):
     those of a model loaded with the mean weights."""
     import numpy
 
-    from minitransformer.kit.cli.common import encode_sources, load_run, translate_ids
+    from minitransformer.kit.cli.common import load_run
     from minitransformer.kit.cli.translate import output_limit
+    from minitransformer.kit.data.task_data import encode_sources, translate_ids
 
     sentence = "the dog sees the cat ."
     assert main(["translate", "--checkpoint", toy_run, "--average", "2", "--quiet", sentence]) == 0
@@ -542,20 +548,19 @@ def test_model_switches_of_the_paper_reach_the_config_and_survive_a_resume(tmp_p
     config = json.loads((tmp_path / "switches" / "metrics.json").read_text())["config"]
     assert (config["d_k"], config["positional"], config["norm_first"]) == (5, "learned", True)
     assert main([*args, "--steps", "3", "--resume"]) == 0
-    assert mt.load_checkpoint(f"{out}/checkpoint.safetensors").config["positional"] == "learned"
+    assert mt.load_checkpoint(os.path.join(out, LATEST)).config["positional"] == "learned"
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "toy", "multi30k"])
 def test_every_tasks_defaults_are_settings_a_run_accepts(task):
     """A task's defaults pass the checks a saved run's settings get, and never average more checkpoints than
     they keep (train would refuse its own defaults)."""
-    from minitransformer.kit.cli.defaults import (
+    from minitransformer.kit.running.settings import (
         check_saved_settings,
         saved_setting_names,
         task_settings,
     )
-    from minitransformer.kit.cli.parser import build_parser
-    settings = task_settings(build_parser().parse_args(["train", "--task", task]))
+    settings = task_settings(task)
     assert set(settings) == saved_setting_names(task)
     check_saved_settings(settings, task, "defaults", complete=True)
     assert 1 <= settings["average"] <= settings["keep"]

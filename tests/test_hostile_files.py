@@ -29,11 +29,11 @@ from minitransformer import datasets, files, limits
 from minitransformer.kit.cli import main
 from minitransformer.kit.cli.common import (
     CLIError,
-    _save_figure,
     model_from_checkpoint,
     tokenizers_from_checkpoint,
 )
 from minitransformer.kit.data.tokenizers import WordTokenizer
+from minitransformer.kit.running.runs import save_figure
 from minitransformer.kit.running.train import Trainer
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
@@ -503,7 +503,7 @@ def test_a_plot_that_fails_half_way_leaves_the_previous_plot_whole(tmp_path):
             raise OSError("disk full (simulated)")
 
     with pytest.raises(OSError, match="disk full"):
-        _save_figure(HalfFigure(), str(path))
+        save_figure(HalfFigure(), str(path))
     assert path.read_bytes() == b"\x89PNG previous" and os.listdir(tmp_path) == ["loss.png"]
 
 

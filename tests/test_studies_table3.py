@@ -18,7 +18,7 @@ import table3  # experiments/ is not a package: its scripts import each other by
 import training
 from test_experiments import pngs, run_script
 
-from minitransformer.kit.cli.task_data import TRANSLATION_MAX_LEN
+from minitransformer.kit.data.task_data import TRANSLATION_MAX_LEN
 
 
 class FixedLogits:

@@ -14,7 +14,8 @@ from minitransformer.kit.running.files import write_json
 from .common import CLIError
 
 
-def add_classroom_parser(sub, positive_int, non_negative_int, positive_float) -> None:
+def add_classroom(sub) -> None:
+    from .parser import setting_type          # here, not at the top: parser.py imports this module
     c = sub.add_parser("classroom", help="make an assignment from the core, or grade one",
                        description="make: write an assignment (the core with chosen backward bodies as stubs); "
                                    "grade: grade one, naming the mistake behind each failing gradient; "
@@ -28,12 +29,13 @@ def add_classroom_parser(sub, positive_int, non_negative_int, positive_float) ->
     g = actions.add_parser("grade", help="grade an assignment folder; print the scorecard")
     g.add_argument("dir", help="the student's folder, as `make` wrote it")
     g.add_argument("--json", dest="json_path", help="write the results here in Gradescope's results.json format")
-    g.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default 0)")
-    g.add_argument("--timeout", type=positive_float, default=30.0, help="seconds each exercise may take (default 30)")
-    g.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
+    g.add_argument("--seed", type=setting_type("seed"), default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--timeout", type=setting_type("timeout"), default=30.0, help="seconds each exercise may take (default 30)")
+    g.add_argument("--workers", type=setting_type("workers"), default=min(2, os.cpu_count() or 1),
                    help="exercises graded at once, each in its own process (default 2)")
     actions.add_parser("list", help="the exercises, part by part, with a sentence each")
     actions.add_parser("bugs", help="the mistake catalogue: what the grader recognises, and what no check can see")
+    c.set_defaults(run=cmd_classroom)
 
 
 def cmd_classroom(args) -> int:

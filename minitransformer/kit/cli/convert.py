@@ -13,6 +13,7 @@ def add_convert(sub) -> None:
     c.add_argument("path", help="an .npz checkpoint, or a run folder holding checkpoint.npz and checkpoint-<step>.npz")
     c.add_argument("--to", default=None, metavar="FILE",
                    help="the new file's name (default: the old one's, ending in .safetensors); not for a folder")
+    c.set_defaults(run=cmd_convert)
 
 
 def cmd_convert(args) -> int:

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import os
 
+from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 from minitransformer.kit.data.tasks import SequenceTask, exact_match
 from minitransformer.kit.running.checkpoint import step_of_file
 from minitransformer.kit.running.files import write_json
+from minitransformer.kit.running.runs import choose_blas_threads
+from minitransformer.kit.running.settings import check_saved_settings
 
-from .common import (
-    CLIError,
-    bleu_of,
-    check_outputs,
-    choose_blas_threads,
-    load_pairs,
-    load_run,
-)
-from .defaults import check_saved_settings
+from .common import CLIError, check_outputs, load_run
 
 
 def cmd_evaluate(args) -> int:
@@ -28,7 +23,7 @@ def cmd_evaluate(args) -> int:
     settings = check_saved_settings(ck.extra.get("settings") or {}, task, f"checkpoint {ck.path}", complete=False)
     split = "heldout" if task in SEQUENCE_TASKS else args.split   # a sequence task has its held-out set
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.alpha}"
-    # the step of the newest checkpoint evaluated (averaged files are checkpoint-<step>.npz: the name says it)
+    # the step of the newest checkpoint evaluated (an averaged file's name says it)
     step = ck.step if args.average is None else step_of_file(used[-1])
     result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
               "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,

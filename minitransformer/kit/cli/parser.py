@@ -1,165 +1,172 @@
-"""The options of every command. Each value is checked by its argparse type, so a bad one is a usage error
-(exit code 2, with the usage line) before anything runs."""
+"""The options of every command. Each number is parsed into its range in ``minitransformer.limits`` before anything
+runs, so a bad one is a usage error (exit code 2) naming the option, never an overflow later. A command is
+registered in one place, ``COMMANDS`` at the bottom: its options, and ``set_defaults(run=...)`` for what runs it."""
 
 from __future__ import annotations
 
 import argparse
-import math
 
-from .classroom import add_classroom_parser
-from .defaults import PRESETS, TASKS
+from minitransformer import __version__, limits
+from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
+
+from .classroom import add_classroom
+from .convert import add_convert
+from .download import cmd_download
+from .evaluate import cmd_evaluate
+from .gradcheck import cmd_gradcheck
+from .train import cmd_train
+from .translate import cmd_translate
 
 
-def _argument_type(convert, accept, expected: str):
-    """An argparse ``type``: the text converted by `convert` (int or float) if accept(value), else an error
-    saying what was expected and what came (argparse prints it with the usage line)."""
+def setting_type(name: str):
+    """An argparse ``type`` for the setting ``name``: the text as an int or float inside the setting's range in
+    ``limits``, else an error saying what was expected and what came (argparse prints it, exit code 2)."""
+    convert = float if name in limits.FLOAT_SETTINGS else int
+
     def parse(text: str):
         try:
-            value = convert(text)
+            value = convert(text) if len(text) <= 40 else None    # no 400-digit number reaches any arithmetic
         except ValueError:
             value = None
-        if value is None or not accept(value):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        if value is None or not limits.within(name, value):
+            raise argparse.ArgumentTypeError(f"expected {limits.expected(name)}, got {text[:60]!r}")
         return value
+    parse.setting = name                                  # which limit it reads: tests walk every one
     return parse
 
 
-_positive_int = _argument_type(int, lambda v: v >= 1, "a positive integer")
-_non_negative_int = _argument_type(int, lambda v: v >= 0, "a non-negative integer")
-_positive_float = _argument_type(float, lambda v: 0 < v < math.inf, "a positive number")
-_probability = _argument_type(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
-_non_negative_float = _argument_type(float, lambda v: 0 <= v < math.inf, "a number >= 0")
-_float = _argument_type(float, math.isfinite, "a finite number")
+def _option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
+    """A numeric option whose range is the setting's (by default the one the flag names: --max-tokens, max_tokens)."""
+    setting = setting or flag[2:].replace("-", "_")
+    p.add_argument(flag, type=setting_type(setting), metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
+
+
+def _add_train(sub) -> None:
+    # The options that become settings default to None (the switches too): None means "not typed", so that
+    # --resume lets only typed options replace the saved run's settings.
+    t = sub.add_parser("train", help="train a model on a task and write metrics, checkpoints and plots",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=defaults_table(),
+                       description="Train from scratch (or --resume) and write into --out: metrics.json, the\n"
+                                   "checkpoints, loss.png and attention.png. An option not given takes the task's\n"
+                                   "default (below).")
+    t.add_argument("--task", required=True, choices=TASKS, help="what to learn")
+    t.add_argument("--preset", choices=PRESETS, help="model size (replaces the task's model below)")
+    t.add_argument("--reference", action="store_true", default=None,
+                   help="train the readable core model (mt.Transformer), not the fast tier's, to step through a run")
+    _option(t, "--workers", "threads that each take a part of every batch on a replica of the model: the same loss "
+                            "and gradients, other dropout masks (default 2; 1 with --reference)")
+    t.add_argument("--out", help="output folder (default: runs/<task>)")
+    _option(t, "--seed", "random seed (default 0)")
+    stop = t.add_mutually_exclusive_group()
+    _option(stop, "--steps", "stop after this many optimiser steps")
+    _option(stop, "--epochs", "stop after this many epochs")
+    _option(t, "--max-minutes", "stop after this many minutes")
+    _option(t, "--target", "stop early when the validation metric reaches this, in the unit the run prints: exact "
+                           "match in percent (copy, reverse), BLEU (toy, multi30k)")
+    _option(t, "--batch-size", "sequences per batch (copy, reverse)")
+    _option(t, "--max-tokens", "token budget per batch and side (toy, multi30k)")
+    _option(t, "--lr-factor", "factor of the Noam learning-rate schedule")
+    _option(t, "--warmup", "warmup steps of the Noam schedule")
+    _option(t, "--label-smoothing", "label smoothing epsilon (paper: 0.1)")
+    _option(t, "--clip-norm", "clip the gradient norm to this")
+    _option(t, "--dropout", "dropout rate (replaces the preset's)")
+    _option(t, "--d-model", "model width (replaces the preset's)")
+    _option(t, "--heads", "attention heads (replaces the preset's)", "num_heads")
+    _option(t, "--layers", "encoder and decoder layers each (replaces the preset's)", "num_encoder_layers")
+    _option(t, "--d-ff", "feed-forward width (replaces the preset's)")
+    _option(t, "--d-k", "size of each attention head (default d_model / heads)")
+    t.add_argument("--positional", choices=("sinusoidal", "learned"),
+                   help="position information: the paper's sinusoids (default) or a learned table")
+    t.add_argument("--norm-first", action="store_const", const=True, default=None,
+                   help="pre-LN sublayers, x + Sublayer(LayerNorm(x)), instead of the paper's post-LN")
+    _option(t, "--vocab-size", "BPE vocabulary size (multi30k)")
+    _option(t, "--eval-every", "evaluate every so many steps")
+    _option(t, "--save-every", "save a checkpoint every so many steps")
+    _option(t, "--keep", "step checkpoints kept (default 5)")
+    _option(t, "--average", "score the mean of the weights of the last N step checkpoints (paper §6.1; at most "
+                            "--keep; default 1)")
+    _option(t, "--heldout", "held-out sequences for exact match (copy, reverse; default 1000)")
+    _option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
+    _option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
+                          "200 valid, all test)")
+    t.add_argument("--data-dir", help="folder with the Multi30k files (default: where `download` puts them)")
+    t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip it")
+    again = t.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own "
+                                                             "settings except the stop/report options given here")
+    again.add_argument("--overwrite", action="store_true",
+                       help="start over in an --out that holds an earlier run: deletes its checkpoints, "
+                            "metrics.json, plots and eval-<split>.json once the new run is ready to train")
+    t.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress bar (the validation lines stay)")
+    t.add_argument("--no-plots", dest="plots", action="store_false", default=None, help="write no PNG files")
+    t.set_defaults(run=cmd_train)
+
+
+def _decoding_options(p) -> None:
+    p.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint file")
+    _option(p, "--beam-size", "beam size (default 1: greedy)", default=1)
+    _option(p, "--alpha", "length penalty of beam search (default 0.6)", default=0.6)
+    _option(p, "--average", "use the mean of the weights of N saved step checkpoints (paper §6.1): the N ending "
+                            "at --checkpoint's step if it names a step file, else the newest N")
+
+
+def _add_translate(sub) -> None:
+    tr = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
+                        description="Translate the sentences given, or else each line of standard input as it "
+                                    "arrives. Each is prepared as the training text was; stderr names the words the "
+                                    "model does not know and tokens cut beyond its length. A translation has at "
+                                    "most 2 x (source tokens) + 10 tokens, and at most source tokens + 50.")
+    tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
+    _decoding_options(tr)
+    tr.add_argument("--quiet", action="store_true", help="no notes on stderr about the input")
+    tr.set_defaults(run=cmd_translate)
+
+
+def _add_evaluate(sub) -> None:
+    ev = sub.add_parser("evaluate", help="BLEU (or exact match) of a checkpoint on a data split",
+                        description="Score a checkpoint: BLEU on a split of its translation task, or exact match "
+                                    "on the held-out sequences of a copy/reverse run. Prints the score and writes "
+                                    "it as JSON.")
+    _decoding_options(ev)
+    ev.add_argument("--split", default="test", choices=("train", "valid", "test"),
+                    help="data split (default test; a copy/reverse checkpoint is scored on its held-out sequences)")
+    ev.add_argument("--data-dir", help="folder with the Multi30k files (default: the run's)")
+    ev.add_argument("--json", dest="json_path", help="write the result here (default: <run>/eval-<split>.json)")
+    _option(ev, "--limit", "evaluate only the first N sentences")
+    ev.set_defaults(run=cmd_evaluate)
+
+
+def _add_gradcheck(sub) -> None:
+    gc = sub.add_parser("gradcheck", help="finite-difference check of every layer's backward (float64)",
+                        description="Check every layer's backward against central finite differences in float64 "
+                                    "and print the largest relative error of each: the proof, for class, that "
+                                    "each hand-written gradient is right. Exit code 1 if one fails.")
+    _option(gc, "--max-entries", "entries checked per tensor, at random (default 30)", default=30)
+    _option(gc, "--seed", "random seed (default 0)", default=0)
+    gc.add_argument("--verbose", action="store_true", help="print every tensor's row, not only each layer's")
+    gc.set_defaults(run=cmd_gradcheck)
+
+
+def _add_download(sub) -> None:
+    dl = sub.add_parser("download", help="fetch the Multi30k task-1 files",
+                        description="Fetch the Multi30k task-1 files (train, valid and test, German and English) "
+                                    "that `train --task multi30k` reads. Files already there are kept.")
+    dl.add_argument("--dir", help="where to put them (default: $MINITRANSFORMER_MULTI30K if set, else "
+                                  "~/.cache/minitransformer/multi30k, where `train` looks)")
+    dl.set_defaults(run=cmd_download)
+
+
+# Every command, in the order --help lists them: a function that adds its subparser (with set_defaults(run=...)).
+COMMANDS = [_add_train, _add_translate, _add_evaluate, _add_gradcheck, add_classroom, _add_download, add_convert]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minitransformer",
         description="The Transformer of 'Attention Is All You Need' in NumPy: train, translate, evaluate, check.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    _add_train(sub)
-    _add_translate(sub)
-    _add_evaluate(sub)
-    _add_gradcheck(sub)
-    _add_download(sub)
-    add_classroom_parser(sub, _positive_int, _non_negative_int, _positive_float)  # classroom
+    parser.add_argument("--version", action="version", version=f"minitransformer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in COMMANDS:
+        add(sub)
     return parser
-
-
-def _add_train(sub) -> None:
-    # The options that become settings default to None (the switches too), so that None means "not typed":
-    # --resume lets only typed options replace the saved run's settings (train._typed_options).
-    t = sub.add_parser("train", help="train a model on a task and write metrics, checkpoint and plots",
-                       description="Train from scratch (or --resume) and write DIR/metrics.json, DIR/checkpoint.npz, "
-                                   "DIR/loss.png and DIR/attention.png. Unset options take the task's defaults.")
-    t.add_argument("--task", required=True, choices=TASKS, help="what to learn")
-    t.add_argument("--preset", choices=PRESETS, help="model size (default: the task's tuned size)")
-    t.add_argument("--reference", action="store_true", default=None,
-                   help="train the readable core model (mt.Transformer) instead of the fast tier's "
-                        "(mt.fast.Transformer), for a student who wants to step through a run")
-    t.add_argument("--workers", type=_positive_int, default=None,
-                   help="threads that each take a part of every batch on a replica of the model, with one BLAS "
-                        "thread each: the same loss and gradients, other dropout masks (default 2; 1 with "
-                        "--reference, to step through a run)")
-    t.add_argument("--out", default=None, help="output folder (default: runs/<task>)")
-    t.add_argument("--seed", type=_non_negative_int, default=None, help="random seed (default 0)")
-    stop = t.add_mutually_exclusive_group()
-    stop.add_argument("--steps", type=_positive_int, help="stop after this many optimiser steps")
-    stop.add_argument("--epochs", type=_positive_int, help="stop after this many epochs")
-    t.add_argument("--max-minutes", type=_positive_float, help="stop after this much time (minutes)")
-    t.add_argument("--target", type=_float, help="stop early when the validation metric reaches this "
-                                                 "(exact match in [0, 1], or BLEU)")
-    t.add_argument("--batch-size", type=_positive_int, help="sequences per batch (copy, reverse)")
-    t.add_argument("--max-tokens", type=_positive_int, help="token budget per batch and side (toy, multi30k)")
-    t.add_argument("--lr-factor", type=_positive_float, help="factor of the Noam learning-rate schedule")
-    t.add_argument("--warmup", type=_positive_int, help="warmup steps of the Noam schedule")
-    t.add_argument("--label-smoothing", type=_probability, help="label smoothing epsilon (paper: 0.1)")
-    t.add_argument("--clip-norm", type=_positive_float, help="clip the gradient norm to this")
-    t.add_argument("--dropout", type=_probability, help="dropout rate (overrides the preset)")
-    t.add_argument("--d-model", type=_positive_int, help="model width (overrides the preset)")
-    t.add_argument("--heads", type=_positive_int, help="attention heads (overrides the preset)")
-    t.add_argument("--layers", type=_positive_int, help="encoder and decoder layers each (overrides the preset)")
-    t.add_argument("--d-ff", type=_positive_int, help="feed-forward width (overrides the preset)")
-    t.add_argument("--d-k", type=_positive_int, help="size of each attention head (default d_model / heads)")
-    t.add_argument("--positional", choices=("sinusoidal", "learned"),
-                   help="position information: the paper's sinusoids (default) or a learned table")
-    t.add_argument("--norm-first", action="store_const", const=True, default=None,
-                   help="pre-LN sublayers, x + Sublayer(LayerNorm(x)), instead of the paper's post-LN")
-    t.add_argument("--vocab-size", type=_positive_int, help="BPE vocabulary size (multi30k)")
-    t.add_argument("--eval-every", type=_positive_int, help="evaluate every so many steps")
-    t.add_argument("--save-every", type=_positive_int, help="save a checkpoint every so many steps")
-    t.add_argument("--keep", type=_positive_int, default=None, help="checkpoints to keep (default 5)")
-    t.add_argument("--average", type=_positive_int, default=None,
-                   help="score the trained model as the mean of the weights of its last N step checkpoints "
-                        "(paper §6.1; at most --keep; default 1, multi30k 4)")
-    t.add_argument("--heldout", type=_positive_int, help="held-out sequences for exact match (copy, reverse; "
-                                                         "default 1000)")
-    t.add_argument("--beam-size", type=_positive_int, help="beam size of the final test evaluation "
-                                                           "(toy, multi30k; default 1: greedy)")
-    t.add_argument("--limit", type=_positive_int, help="score only the first N test sentences and the first "
-                                                       "min(N, 200) valid sentences (toy, multi30k; default: "
-                                                       "200 valid, all test)")
-    t.add_argument("--data-dir", help="folder with the Multi30k files (default: see `download`)")
-    t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip "
-                                                                     "the step")
-    continue_or_restart = t.add_mutually_exclusive_group()
-    continue_or_restart.add_argument("--resume", action="store_true",
-                                     help="continue the run saved in --out, with its own settings except the "
-                                          "stop/report options given here")
-    continue_or_restart.add_argument("--overwrite", action="store_true",
-                                     help="start over in an --out that holds an earlier run: deletes its "
-                                          "checkpoints, metrics.json, plots and eval-<split>.json once the new "
-                                          "run is ready to train")
-    t.add_argument("--no-progress", dest="progress", action="store_false", default=None,
-                   help="no progress bar")
-    t.add_argument("--no-plots", dest="plots", action="store_false", default=None, help="write no PNG files")
-
-
-def _add_translate(sub) -> None:
-    tr = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
-                        description="Translate the sentences given, or else every line of standard input "
-                                    "(one output line per input line). Each is prepared as the training text "
-                                    "was (lowercased where the model's vocabulary is, punctuation split off); "
-                                    "stderr names, per line, the words the model does not know and any tokens "
-                                    "cut beyond its length. A translation has at most 2 x (source tokens) + 10 "
-                                    "tokens, and at most source tokens + 50.")
-    tr.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
-    tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
-    tr.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
-    tr.add_argument("--alpha", type=_non_negative_float, default=0.6,
-                    help="length penalty of beam search (default 0.6)")
-    tr.add_argument("--average", type=_positive_int, default=None,
-                    help="translate with the mean of the weights of N saved checkpoint-<step>.npz files, as "
-                         "evaluate --average does")
-    tr.add_argument("--quiet", action="store_true",
-                    help="no notes on stderr about unknown words, cut input or the length limit")
-
-
-def _add_evaluate(sub) -> None:
-    ev = sub.add_parser("evaluate", help="BLEU (or exact match) of a checkpoint on a data split")
-    ev.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint .npz file")
-    ev.add_argument("--split", default="test", choices=("train", "valid", "test"),
-                    help="data split (default test; a copy/reverse checkpoint is scored on its held-out sequences)")
-    ev.add_argument("--beam-size", type=_positive_int, default=1, help="beam size (default 1: greedy)")
-    ev.add_argument("--alpha", type=_non_negative_float, default=0.6,
-                    help="length penalty of beam search (default 0.6)")
-    ev.add_argument("--average", type=_positive_int, default=None,
-                    help="average the weights of N saved checkpoint-<step>.npz files (paper §6.1): the N ending at "
-                         "--checkpoint's step if it names a step file, else the newest N")
-    ev.add_argument("--data-dir", help="folder with the Multi30k files")
-    ev.add_argument("--json", dest="json_path", help="write the result here (default: <run>/eval-<split>.json)")
-    ev.add_argument("--limit", type=_positive_int, help="evaluate only the first N sentences")
-
-
-def _add_gradcheck(sub) -> None:
-    gc = sub.add_parser("gradcheck", help="finite-difference check of every layer's backward (float64)")
-    gc.add_argument("--max-entries", type=_positive_int, default=30,
-                    help="entries checked per tensor, at random (default 30)")
-    gc.add_argument("--seed", type=_non_negative_int, default=0)
-    gc.add_argument("--verbose", action="store_true", help="print every tensor's row, not only each layer's")
-
-
-def _add_download(sub) -> None:
-    dl = sub.add_parser("download", help="fetch the Multi30k task-1 files")
-    dl.add_argument("--dir", default=None, help="where to put them (default: see datasets.multi30k_dir)")

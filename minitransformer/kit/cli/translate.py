@@ -1,61 +1,80 @@
-"""``minitransformer translate``: sentences in, translations out, one line each.
-
-Each sentence is prepared as the training text was (the tokeniser's own ``pieces``: lowercased where the
-model's vocabulary is, punctuation split off), and stderr says, per input line, what the model could not
-read: the words it never saw (they read as <unk>), the tokens cut beyond its max_len, and a translation
-that ran into the length limit. ``--quiet`` keeps stderr silent.
-
-The length limit: a translation gets at most 2 x (source tokens) + 10 tokens, and never more than the
-paper's source tokens + 50 (§6.1, meant for real sentences). A model that did not understand its input
-otherwise repeats a word up to that limit: fifty words for a one-word line.
-"""
+"""``minitransformer translate``: sentences in, translations out, one line each, each printed as soon as its line
+of standard input arrives. Each is prepared as the training text was (the tokeniser's ``pieces``), and stderr says
+what the model could not read: unknown words, tokens cut beyond max_len, a translation cut by the length limit,
+and once, input that looks like the language the model writes. The limit: 2 x (source tokens) + 10 tokens, at
+most the paper's source + 50 (§6.1); a model that did not understand its input would repeat a word up to it."""
 
 from __future__ import annotations
 
 import sys
 
-import numpy
-
 from minitransformer import decoding
+from minitransformer.kit.data.task_data import encode_sources, translate_ids
+from minitransformer.kit.running.runs import choose_blas_threads
 
-from .common import (
-    CLIError,
-    choose_blas_threads,
-    encode_sources,
-    load_run,
-    translate_ids,
-)
+from .common import CLIError, load_run
 
 
 def output_limit(src_len: int) -> int:
-    """The most tokens a translation of a source of src_len tokens may have: 2 * src_len + 10, at most the
-    paper's src_len + 50."""
+    """The most tokens a translation of src_len source tokens may have: 2 * src_len + 10, at most src_len + 50."""
     return min(2 * src_len + 10, src_len + decoding.EXTRA_LENGTH)
 
 
 def cmd_translate(args) -> int:
     _, model, src_tok, tgt_tok, _ = load_run(args.checkpoint, args.average)
     choose_blas_threads(model.config)
-    lines = args.sentences if args.sentences else [line.rstrip("\n") for line in sys.stdin]
-    if src_tok is None:
-        return _translate_ids(model, lines, args)
-    encoded = encode_sources(model, src_tok, lines)
-    hyps = translate_ids(model, encoded, beam_size=args.beam_size, alpha=args.alpha, length_limit=output_limit)
-    for number, (line, src, hyp) in enumerate(zip(lines, encoded, hyps), start=1):
-        if not line.strip():
-            print()                                        # one line out per line in, empty stays empty
-            continue
-        if not args.quiet:
-            _report(number, line, src, hyp, model.config.max_len, src_tok)
-        print(tgt_tok.decode(hyp), flush=True)
+    decode = {"beam_size": args.beam_size, "alpha": args.alpha, "length_limit": output_limit}
+    notes = {"quiet": args.quiet, "hinted": False}
+    if args.sentences:                                     # given at once: translated in batches
+        _translate(model, src_tok, tgt_tok, list(enumerate(args.sentences, 1)), decode, notes)
+    for number, line in enumerate(() if args.sentences else sys.stdin, 1):   # as each line arrives
+        _translate(model, src_tok, tgt_tok, [(number, line.rstrip("\n"))], decode, notes)
     return 0
 
 
-def _report(number: int, line: str, src: list, hyp: list, max_len: int, src_tok) -> None:
+def _translate(model, src_tok, tgt_tok, lines: list, decode: dict, notes: dict) -> None:
+    """Translate numbered lines and print one line each (an empty line stays empty), flushed."""
+    if src_tok is None:                                    # copy/reverse: no tokeniser, symbol ids
+        encoded = [_symbol_ids(model, line) for _, line in lines]
+    else:
+        encoded = encode_sources(model, src_tok, [line for _, line in lines])
+    todo = [i for i, (_, line) in enumerate(lines) if line.strip()]
+    hyps = dict(zip(todo, translate_ids(model, [encoded[i] for i in todo], **decode)))
+    for i, (number, line) in enumerate(lines):
+        if i not in hyps:
+            print(flush=True)
+        elif src_tok is None:
+            print(" ".join(str(t) for t in hyps[i]), flush=True)
+        else:
+            if not notes["quiet"]:
+                _report(number, line, encoded[i], hyps[i], model.config.max_len, src_tok, tgt_tok, notes)
+            print(tgt_tok.decode(hyps[i]), flush=True)
+
+
+def _symbol_ids(model, line: str) -> list:
+    """A copy/reverse checkpoint's input: symbol ids separated by spaces."""
+    try:
+        ids = [int(x) for x in line.split()]
+    except ValueError:
+        raise CLIError(f"this checkpoint has no tokeniser (a copy/reverse task): give token ids separated by "
+                       f"spaces, e.g. \"4 5 6\", got {line!r:.80}") from None
+    vocab = model.config.src_vocab_size
+    if ids and (min(ids) < 4 or max(ids) >= vocab):
+        raise CLIError(f"symbol ids must be in [4, {vocab}) for this checkpoint, got {line!r:.80}")
+    return ids
+
+
+def _report(number: int, line: str, src: list, hyp: list, max_len: int, src_tok, tgt_tok, notes: dict) -> None:
     """Tell on stderr what the model could not read in this line, and a translation cut by the limit."""
     unknown = src_tok.unknown_words(line)
     if unknown:
         print(f"line {number}: not in the model's vocabulary (read as <unk>): {', '.join(unknown)}", file=sys.stderr)
+    words = [piece for piece, _ in src_tok.pieces(line) if piece.isalpha()]
+    known_to_target = set(words) & set(unknown) - set(tgt_tok.unknown_words(line))
+    if not notes["hinted"] and src_tok is not tgt_tok and sum(w in known_to_target for w in words) > len(words) / 2:
+        notes["hinted"] = True
+        print(f"line {number}: most of its words belong to the language this model translates into, not to the one "
+              f"it reads: give it text in its source language", file=sys.stderr)
     length = len(src_tok.encode(line))
     if length > max_len:
         print(f"line {number}: {length} tokens, but the model reads at most {max_len}: the last {length - max_len} "
@@ -63,25 +82,3 @@ def _report(number: int, line: str, src: list, hyp: list, max_len: int, src_tok)
     if len(hyp) >= output_limit(len(src)):
         print(f"line {number}: the translation reached the length limit ({output_limit(len(src))} tokens for "
               f"{len(src)} source tokens) without ending", file=sys.stderr)
-
-
-def _translate_ids(model, lines, args) -> int:
-    """copy/reverse checkpoints have no tokeniser: the input is symbol ids separated by spaces."""
-    vocab = model.config.src_vocab_size
-    for line in lines:
-        try:
-            ids = [int(x) for x in line.split()]
-        except ValueError:
-            raise CLIError(f"this checkpoint has no tokeniser (a copy/reverse task): give token ids separated by "
-                           f"spaces, e.g. \"4 5 6\", got {line!r}") from None
-        if not ids:
-            print()
-            continue
-        if min(ids) < 4 or max(ids) >= vocab:
-            raise CLIError(f"symbol ids must be in [4, {vocab}) for this checkpoint, got {line!r}")
-        src = numpy.asarray([ids], dtype=numpy.int64)                         # (1,S)
-        limit = output_limit(len(ids))
-        hyp = (decoding.beam_search(model, src, beam_size=args.beam_size, alpha=args.alpha, max_len=limit)
-               if args.beam_size > 1 else decoding.greedy_decode(model, src, max_len=limit))[0]
-        print(" ".join(str(i) for i in hyp))
-    return 0

@@ -25,6 +25,7 @@ from minitransformer.checks import one_of, positive_int, positive_number
 from minitransformer.kit.data.batching import ResumableBatches
 from minitransformer.kit.running import checkpoint
 from minitransformer.kit.running.resume import check_resumable, full_config  # noqa: F401 (full_config: cli's)
+from minitransformer.limits import MAX_HISTORY
 from minitransformer.optim import clip_grad_norm
 
 ON_NONFINITE = ("stop", "skip")
@@ -239,11 +240,11 @@ class Trainer:
         valid_loss, metric = self.evaluate()
         parts = [f"step {self.step}"]
         if math.isfinite(valid_loss):
-            parts.append(f"valid loss {valid_loss:.4f}")
+            smoothing = getattr(self.loss_fn, "label_smoothing", 0.0)    # the loss the run minimises, said so
+            parts.append(f"valid loss {valid_loss:.4f}" + (f" (with label smoothing {smoothing:g})" if smoothing else ""))
         if math.isfinite(metric):
             parts.append(f"{self.metric_name} {self.metric_format(metric)}")
-        if self.progress:
-            write("  ".join(parts))
+        write("  ".join(parts))                                  # with or without the progress bar
         if self.target is not None and math.isfinite(metric) and metric >= self.target:
             self.stop_reason = "target"
 
@@ -340,7 +341,7 @@ class Trainer:
 # step: at most HISTORY_ROWS of them in the run), so the curve still spans the whole run evenly, and always the
 # newest RECENT_ROWS (the summary's final loss, the last evaluation). The rule reads only the rows and the step, so
 # a resumed run keeps the very rows of the run that was never stopped.
-HISTORY_ROWS, RECENT_ROWS = 20_000, 50
+HISTORY_ROWS, RECENT_ROWS = MAX_HISTORY, 50
 
 
 def _stride(step, every: int) -> int:                            # in steps, for rows written every ``every``

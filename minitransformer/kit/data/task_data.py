@@ -1,21 +1,22 @@
-"""What `train` trains on: for each task the model config, the training stream, validation batches and metric."""
+"""What a run of each task trains and is scored on: the model config, the training stream, validation batches
+and metric (``task_data``, as ``minitransformer train`` and the studies build them), and the scoring of a
+translation model: its sources encoded, decoded in batches, and the BLEU of the result."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from minitransformer.kit.data.batching import BucketBatcher
-from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
-from minitransformer.kit.data.tasks import (
-    SequenceTask,
-    TaskBatches,
-    exact_match,
-    heldout_batches,
-)
-from minitransformer.kit.data.tokenizers import BPETokenizer, WordTokenizer
+import numpy
+
+from minitransformer import decoding
 from minitransformer.model import TransformerConfig
 
-from .common import bleu_of, load_pairs, tokenizers_from_checkpoint
+from . import datasets
+from .batching import BucketBatcher
+from .bleu import corpus_bleu
+from .tasks import TASKS as SEQUENCE_TASKS
+from .tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
+from .tokenizers import UNK, BPETokenizer, WordTokenizer
 
 TRANSLATION_MAX_LEN = 256          # positions of a translation model; longer pairs are left out of training
 VALID_SENTENCES = 200              # BLEU during training on at most this many valid sentences: decoding is slow
@@ -45,11 +46,12 @@ class TaskData:
         return {} if self.src_tok is None else {"src": self.src_tok.to_json(), "tgt": self.tgt_tok.to_json()}
 
 
-def task_data(settings: dict, resume_from=None) -> TaskData:
-    """The data of the run's task; a resumed translation run keeps the vocabularies of its checkpoint."""
+def task_data(settings: dict, tokenizers=None) -> TaskData:
+    """The data of a run with these settings (``minitransformer train``'s); a translation run with ``tokenizers``
+    (source, target), such as a resumed run's, keeps those vocabularies instead of building them."""
     if settings["task"] in SEQUENCE_TASKS:
         return _sequence_data(settings)
-    return _translation_data(settings, resume_from)
+    return _translation_data(settings, tokenizers)
 
 
 def _make_config(settings: dict, src_vocab: int, tgt_vocab: int, **extra) -> TransformerConfig:
@@ -72,13 +74,13 @@ def _sequence_data(settings: dict) -> TaskData:
                     metric_name="valid exact match", metric_percent=True)
 
 
-def _translation_data(settings: dict, resume_from) -> TaskData:
+def _translation_data(settings: dict, tokenizers) -> TaskData:
     """toy, multi30k: token-budgeted batches of similar length, BLEU on the first valid sentences."""
     task = settings["task"]
     train_text = load_pairs(task, "train", settings["data_dir"])
     valid_text = load_pairs(task, "valid", settings["data_dir"])
-    if resume_from is not None:
-        src_tok, tgt_tok = tokenizers_from_checkpoint(resume_from)
+    if tokenizers and tokenizers[0] is not None:
+        src_tok, tgt_tok = tokenizers
     else:
         print(f"building vocabularies from {len(train_text)} training pairs ...")
         src_tok, tgt_tok = _build_tokenizers(task, settings, train_text)
@@ -120,3 +122,45 @@ def _build_tokenizers(task: str, settings: dict, train_pairs: list):
     texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
     shared = BPETokenizer.learn(texts, vocab_size=settings["vocab_size"], lowercase=True)
     return shared, shared
+
+
+def load_pairs(task: str, split: str, data_dir=None) -> list:
+    """(source text, target text) pairs of a translation task's split."""
+    return datasets.load_toy(split) if task == "toy" else datasets.load_multi30k(data_dir, split)
+
+
+def encode_sources(model, src_tok, texts) -> list:
+    """Each text's source ids as the model reads them: at most config.max_len tokens (the rest is cut), and an
+    empty text as one <unk> (the encoder needs a token)."""
+    return [src_tok.encode(text)[: model.config.max_len] or [UNK] for text in texts]
+
+
+def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_size: int = 100,
+                  length_limit=None) -> list:
+    """The output ids of each source id list (batched, sorted by length), in input order.
+    length_limit(S) -> the most tokens generated for a source of S tokens; the batches then hold sources of one
+    length each. None: decoding's default, S + 50 (the paper's, §6.1)."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    out, batches, start = [None] * len(encoded), [], 0
+    for end in range(1, len(order) + 1):
+        if end == len(order) or end - start == batch_size or (
+                length_limit is not None and len(encoded[order[end]]) != len(encoded[order[start]])):
+            batches.append(order[start:end])
+            start = end
+    for idx in batches:
+        src = numpy.full((len(idx), max(len(encoded[i]) for i in idx)), model.config.pad_id, numpy.int64)  # (B,S)
+        for row, i in enumerate(idx):
+            src[row, :len(encoded[i])] = encoded[i]
+        max_len = None if length_limit is None else length_limit(src.shape[1])
+        hyps = (decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=max_len) if beam_size > 1
+                else decoding.greedy_decode(model, src, max_len=max_len))
+        for i, h in zip(idx, hyps):
+            out[i] = h
+    return out
+
+
+def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1, alpha: float = 0.6) -> tuple:
+    """(corpus BLEU of the model's translations of the pairs' sources, the translations)."""
+    hyps = translate_ids(model, encode_sources(model, src_tok, [s for s, _ in pairs]), beam_size, alpha)
+    hyps = [tgt_tok.decode(h) for h in hyps]
+    return corpus_bleu(hyps, [t for _, t in pairs], lowercase=lowercase), hyps

@@ -1,0 +1,172 @@
+"""A training run of a task as ``minitransformer train`` makes it, for the command line and for scripts alike:
+the model class of each tier, the BLAS threads chosen for a model, the Trainer built from a run's settings, the
+trained model's final score, and the run's figures (loss.png, attention.png)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy
+
+from minitransformer import decoding
+from minitransformer.fast.threads import use_blas_threads
+from minitransformer.kit.data.task_data import bleu_of, load_pairs
+from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
+from minitransformer.kit.data.tasks import exact_match
+from minitransformer.loss import CrossEntropyLoss
+from minitransformer.model import Transformer
+from minitransformer.optim import Adam, NoamSchedule
+
+from . import checkpoint as ckpt
+from .files import atomic_write
+from .train import Trainer
+
+
+def tier(reference: bool) -> tuple:
+    """(Transformer, CrossEntropyLoss, Adam) of the readable core with ``reference``, else of the fast tier (drop-in
+    subclasses: same config, parameter names, state_dict and arithmetic, faster). Imported on first use."""
+    if reference:
+        return Transformer, CrossEntropyLoss, Adam
+    from minitransformer import fast
+
+    return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
+
+
+# A model narrower than this gets one BLAS thread: its products are small, a second thread gains nothing on an
+# idle machine, and when another process keeps a core busy, two spinning BLAS threads make a step several times
+# slower. Wider models (the small and base presets) keep the library's default, one per core.
+ONE_BLAS_THREAD_BELOW = 256
+
+
+def choose_blas_threads(config, workers: int = 1) -> dict:
+    """Set the BLAS threads for this model, unless OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) chose: one with
+    several workers (they keep the cores busy already), else by the width. -> {"blas_threads": the count in
+    force (None where it cannot be known), "blas_threads_set_by": "minitransformer", "the BLAS default", the
+    variable, or "unknown (not OpenBLAS)"}"""
+    count, why = use_blas_threads(1 if workers > 1 or config.d_model < ONE_BLAS_THREAD_BELOW else None)
+    set_by = {"chosen": "minitransformer", "default": "the BLAS default", "unknown": "unknown (not OpenBLAS)"}
+    return {"blas_threads": count, "blas_threads_set_by": set_by.get(why, why)}
+
+
+def describe_blas_threads(choice: dict, config, workers: int = 1) -> str:
+    """One line for a run's header: the BLAS threads and who chose them."""
+    count, set_by = choice["blas_threads"], choice["blas_threads_set_by"]
+    if count is None:
+        return "BLAS threads: the library's own setting (not OpenBLAS; OMP_NUM_THREADS or MKL_NUM_THREADS sets it)"
+    why = {"minitransformer": f"for each of the {workers} workers (they keep the cores busy already)" if workers > 1
+           else f"chosen for d_model {config.d_model} < {ONE_BLAS_THREAD_BELOW} (products this small gain nothing "
+                f"from more)", "the BLAS default": "the BLAS default (one per core)"}.get(set_by)
+    return f"BLAS threads: {count}, " + (f"{why}; OPENBLAS_NUM_THREADS=N sets another count" if why else
+                                         f"from {set_by}")
+
+
+def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
+    """The model of the chosen tier, the label-smoothed loss, and Adam (the paper's betas and eps) whose
+    learning rate the Noam schedule sets at every step, in a Trainer that saves into ``out``; with several
+    workers, each step's batch is split across them (``fast.DataParallel``)."""
+    config = data.config
+    Transformer, CrossEntropyLoss, Adam = tier(bool(settings.get("reference")))
+    model = Transformer(config)
+    loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
+    parallel = None
+    if workers > 1:
+        from minitransformer.fast import DataParallel
+
+        parallel = DataParallel(model, loss_fn, workers)
+    optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
+    return Trainer(
+        model, loss_fn, optimizer, data.train_data, scheduler=scheduler, valid_data=data.valid_batches,
+        clip_norm=settings["clip_norm"], max_steps=settings.get("steps"), max_epochs=settings.get("epochs"),
+        max_seconds=None if settings.get("max_minutes") is None else 60.0 * settings["max_minutes"],
+        eval_every=settings["eval_every"], metric_fn=data.metric_fn, target=settings.get("target"),
+        checkpoint_dir=out, save_every=settings["save_every"], keep=settings["keep"],
+        on_nonfinite=settings["on_nonfinite"], progress=settings["progress"], config=config.to_dict(),
+        tokenizers=data.tokenizers(), extra={"task": settings["task"], "settings": settings},
+        metric_name=data.metric_name, metric_format=data.format_metric, parallel=parallel)
+
+
+# ============================================================================ score and figures
+
+def final_score(settings: dict, data, model, out) -> tuple:
+    """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the trained model, or with the setting average
+    N > 1, of the mean of the weights of its last N step checkpoints in ``out`` (paper §6.1), loaded into the
+    model (the files stay as they are). -> (the scores for metrics.json, the attention plot's example: source
+    ids, their labels, and the function that labels target ids)"""
+    n = settings.get("average", 1)
+    averaged = ckpt.last_checkpoints(out, n) if n > 1 else []
+    if n > 1 and len(averaged) < n:
+        print(f"average {n}: only {len(averaged)} step checkpoint(s) in {out}; "
+              f"{'averaging those' if averaged else 'scoring the last model'}", file=sys.stderr)
+    if averaged:
+        model.load_state_dict(ckpt.average_checkpoints(averaged))
+    model.eval()
+    steps = [ckpt.step_of_file(p) for p in averaged]
+    average = {"averaged": max(len(averaged), 1), "averaged_steps": steps}
+    words = f", average of {len(steps)} checkpoints, steps {steps[0]}-{steps[-1]}" if steps else ""
+    if settings["task"] in SEQUENCE_TASKS:
+        score = exact_match(model, data.heldout)
+        print(f"exact match on {len(data.heldout)} held-out sequences{words}: {100 * score:.1f}%")
+        example = data.heldout[0][0]
+        symbols = {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
+        return {"exact_match": score, "heldout": len(data.heldout), "decoding": "greedy", **average}, \
+            (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
+    task, src_tok, tgt_tok, beam = settings["task"], data.src_tok, data.tgt_tok, settings["beam_size"]
+    test_text = load_pairs(task, "test", settings["data_dir"])[: settings["limit"]]
+    lowercase = task == "multi30k"
+    score, hyps = bleu_of(model, src_tok, tgt_tok, test_text, lowercase, beam_size=beam)
+    decoding = "greedy" if beam == 1 else f"beam {beam}"
+    print("sample translations (test):")
+    for (src, ref), hyp in list(zip(test_text, hyps))[:5]:
+        print(f"  source     {src}\n  reference  {ref}\n  model      {hyp}\n")
+    print(f"test BLEU ({decoding}{', lowercased' if lowercase else ''}{words}, {len(test_text)} sentences): "
+          f"{score:.2f}")
+    # a subordinate clause if there is one: German moves its verb, which the attention plot shows
+    example_text = next((s for s, _ in test_text if "because" in s.split() or "weil" in s.split()), test_text[0][0])
+    example = src_tok.encode(example_text)
+    scores = {"bleu": score, "split": "test", "sentences": len(test_text), "lowercase": lowercase,
+              "decoding": decoding, **average}
+    return scores, (example, src_tok.token_labels(example), tgt_tok.token_labels)
+
+
+def save_figure(fig, path: str) -> None:
+    """Atomically (``files.atomic_write``): a run stopped mid-write leaves the previous plot whole."""
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"), "plot")
+
+
+def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: float = 1.0) -> None:
+    """The training loss of every step and the validation loss of every evaluation (log scale if all > 0), and
+    beside them the validation metric (times metric_scale: 100 shows a fraction as a percentage)."""
+    from minitransformer.kit.running import (
+        viz,  # matplotlib is slow to import: only to draw
+    )
+
+    def finite(pairs):
+        pairs = [(s, v) for s, v in pairs if math.isfinite(v)]
+        return (numpy.array([s for s, _ in pairs], float), numpy.array([v for _, v in pairs], float)) if pairs else None
+
+    steps, losses = (numpy.array([h[i] for h in trainer.history], dtype=float) for i in (0, 1))   # (n,) each
+    valid = finite([(s, v) for s, v, _ in trainer.valid_history])
+    metric = finite([(s, m * metric_scale) for s, _, m in trainer.valid_history])
+    positive = bool((losses > 0).all()) and (valid is None or bool((valid[1] > 0).all()))
+    label = metric_name + (" (%)" if metric_scale == 100.0 else "")
+    save_figure(viz.loss_curves((steps, losses), valid, title="Training loss", logy=positive, metric=metric,
+                                 metric_name=label), path)
+
+
+def plot_attention(model, src_ids, src_labels, tgt_labels_fn, path: str, title: str) -> None:
+    """Cross-attention of every head in every decoder layer (the last only, past 4) for one source sentence and
+    the model's own output. Row t is the query of decoder position t, which produces token t: the rows are
+    labelled by what they produce (the output, then <eos>), as the notebooks label theirs."""
+    from minitransformer.kit.running import viz
+
+    c = model.config
+    model.eval()
+    src = numpy.asarray([src_ids], dtype=numpy.int64)                        # (1,S)
+    hyp = decoding.greedy_decode(model, src)[0]
+    model(src, numpy.asarray([[c.bos_id] + hyp], dtype=numpy.int64))       # tgt_in (1,T)
+    cross = [a[0] for a in model.attention_maps()["decoder_cross"]]          # per layer (H,T,S)
+    save_figure(viz.attention_grid(cross if len(cross) <= 4 else cross[-1], x_labels=src_labels,
+                                    y_labels=tgt_labels_fn(hyp + [c.eos_id]), title=title, x_name="key: source token",
+                                    y_name="query: the token produced at this step"), path)

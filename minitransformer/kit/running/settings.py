@@ -1,0 +1,153 @@
+"""The settings of a training run: each task's tuned defaults, those with the options typed (``task_settings``,
+as ``minitransformer train`` and the studies resolve them), and the check the settings a checkpoint holds get.
+
+The table is in the units the command line takes (``target`` of copy/reverse in percent, as the run prints exact
+match); a run's settings hold exact match as the fraction the model is scored by. Every number's range is in
+``minitransformer.limits``. The measurements behind the defaults are in benchmarks/RESULTS.md, "Why the task
+defaults are what they are".
+"""
+
+from __future__ import annotations
+
+from minitransformer import limits
+from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
+
+PRESETS = ("tiny", "small", "base")
+
+# one encoder and one decoder layer of width 32: the symbol tasks need no more, and each step stays cheap
+_SYMBOL_MODEL = {"d_model": 32, "num_heads": 2, "d_ff": 64, "dropout": 0.0, "num_encoder_layers": 1,
+                 "num_decoder_layers": 1}
+
+TASK_DEFAULTS = {
+    # copy: the symbol model, batches of 64, stopping at 100% exact match, within seconds on a CPU
+    "copy": {"preset": "tiny", "model": _SYMBOL_MODEL,
+             "batch_size": 64, "steps": 3000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
+             "label_smoothing": 0.0, "eval_every": 100, "save_every": 500, "target": 100},
+    # reverse: the copy settings with more steps, since the alignment runs backwards
+    "reverse": {"preset": "tiny", "model": _SYMBOL_MODEL,
+                "batch_size": 64, "steps": 10000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
+                "label_smoothing": 0.0, "eval_every": 200, "save_every": 1000, "target": 100},
+    # toy English->German: the tiny preset with dropout, word vocabularies, stopping at BLEU 99, within minutes
+    "toy": {"preset": "tiny", "model": {"dropout": 0.1},
+            "max_tokens": 2000, "steps": 3000, "lr_factor": 1.0, "warmup": 200, "clip_norm": 1.0,
+            "label_smoothing": 0.1, "eval_every": 250, "save_every": 250, "target": 99.0},
+    # German->English Multi30k: the small preset, shared BPE 8000, 43 minutes on 2 CPU cores; a checkpoint every
+    # 100 steps and the mean of the last 4 scored (paper §6.1), the count that scored best on the validation set
+    "multi30k": {"preset": "small", "model": {},
+                 "max_tokens": 4000, "epochs": 20, "steps": None, "lr_factor": 0.8, "warmup": 800, "clip_norm": 1.0,
+                 "label_smoothing": 0.1, "eval_every": 500, "save_every": 100, "keep": 5, "average": 4,
+                 "target": None, "vocab_size": 8000, "max_minutes": 43.0},
+}
+TASKS = tuple(TASK_DEFAULTS)
+
+# Every task trains with the batch split across two worker threads (fast.DataParallel), one per core of the
+# 2-core machines this project measures on (benchmarks/bench_parallel.py); the reference tier on one, so that
+# a run can be stepped through.
+WORKERS = 2
+
+# What every task's run holds besides its table entry.
+_COMMON = {"seed": 0, "epochs": None, "max_minutes": None, "keep": 5, "average": 1, "heldout": 1000,
+           "beam_size": 1, "on_nonfinite": "stop", "progress": True, "plots": True, "data_dir": None,
+           "limit": None, "reference": False, "workers": None}
+
+# The model options of `train` and the TransformerConfig field each one sets (--layers: both stacks).
+MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads", "layers": "num_encoder_layers",
+                 "d_ff": "d_ff", "d_k": "d_k", "positional": "positional", "norm_first": "norm_first"}
+
+
+def task_settings(task: str, typed: dict | None = None) -> dict:
+    """The settings of a run of ``task``: its defaults, replaced by the options ``typed`` (name -> value, as the
+    command line's parser gives them: model options by option name, ``target`` in the unit the run prints)."""
+    typed = dict(typed or {})
+    d = TASK_DEFAULTS[task]
+    s = {**_COMMON, **{k: v for k, v in d.items() if k != "model"}, "task": task, "model": dict(d["model"])}
+    if "preset" in typed:
+        s["model"] = {}                                    # a preset replaces the task's model
+    if "steps" in typed or "epochs" in typed:              # exclusive options: one replaces the other
+        s["steps"] = s["epochs"] = None
+    for option, value in typed.items():
+        if option in MODEL_OPTIONS:
+            s["model"][MODEL_OPTIONS[option]] = value
+        else:
+            s[option] = value
+    if "layers" in typed:
+        s["model"]["num_decoder_layers"] = typed["layers"]
+    if task in SEQUENCE_TASKS and s["target"] is not None:
+        s["target"] = s["target"] / 100                   # exact match is a fraction
+    if s["workers"] is None:
+        s["workers"] = 1 if s["reference"] else WORKERS
+    return s
+
+
+def defaults_table() -> str:
+    """Each task's defaults as the options that set them, for ``train --help``."""
+    names = {field: option for option, field in MODEL_OPTIONS.items()}
+    lines = ["each task's defaults (an option given replaces its value; --preset replaces the model options):"]
+    for task, d in TASK_DEFAULTS.items():
+        model = {names.get(k): v for k, v in d["model"].items() if k != "num_decoder_layers"}
+        options = {"preset": d["preset"], **model, **{k: v for k, v in d.items() if k not in ("preset", "model")}}
+        line = f"  {task:<9}"
+        for text in (f"--{k.replace('_', '-')} {v}" for k, v in options.items() if v is not None):
+            if len(line) + len(text) > 110:
+                lines.append(line)
+                line = " " * 11
+            line += " " + text
+        lines.append(line)
+    return "\n".join(lines)
+
+
+# ============================================================================ the settings a checkpoint holds
+
+_CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": ("sinusoidal", "learned")}
+_BOOLS = ("progress", "plots", "reference", "norm_first")
+CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
+               "limit", "data_dir")
+MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers")
+# Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1), scored
+# on their last model (average 1).
+OPTIONAL_SAVED = {"reference": False, "workers": 1, "average": 1}
+
+
+def saved_setting_names(task: str) -> set:
+    """The settings a `train --task <task>` run saves: those of ``task_settings`` with nothing typed."""
+    return set(task_settings(task))
+
+
+def _expected(name: str, value):
+    """None if ``value`` is one the setting may have, else the words for what it must be."""
+    if name in _CHOICES:
+        return None if value in _CHOICES[name] else f"one of {', '.join(_CHOICES[name])}"
+    if name in _BOOLS:
+        return None if isinstance(value, bool) else "true or false"
+    if name == "data_dir":
+        return None if isinstance(value, str) else "a path"
+    return None if limits.within(name, value) else limits.expected(name)
+
+
+def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
+    """The settings a checkpoint holds, checked against the ranges ``train`` accepts (``minitransformer.limits``):
+    ValueError naming ``where`` and the setting. complete: every setting a run of ``task`` saves must be there
+    (to resume it); else only those present are checked. Unknown names are dropped."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"{where}: settings must be an object, got {type(saved).__name__}")  # noqa: TRY004
+    if complete:
+        missing = sorted(saved_setting_names(task) - set(saved) - set(OPTIONAL_SAVED))
+        if missing:
+            raise ValueError(f"{where} is missing settings.{missing[0]}"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    known = set(limits.INT_SETTINGS) | set(limits.FLOAT_SETTINGS) | set(_CHOICES) | set(_BOOLS) | {"data_dir"}
+    checked = {name: value for name, value in saved.items() if name in known or name == "model"}
+    for name, value in checked.items():
+        if name == "model":
+            if not isinstance(value, dict) or not set(value) <= set(MODEL_FIELDS):
+                raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, "
+                                 f"got {value!r:.80}")
+            bad = [(f"model.{k}", v, _expected(k, v)) for k, v in value.items() if _expected(k, v)]
+        else:
+            bad = [] if value is None and name in CAN_BE_NONE else [(name, value, _expected(name, value))]
+        for field, got, expected in bad:
+            if expected:
+                raise ValueError(f"{where}: settings.{field} must be {expected}, got {got!r:.60}")
+    if complete and all(checked.get(k) is None for k in ("steps", "epochs", "max_minutes")):
+        raise ValueError(f"{where}: settings give no end to the run (steps, epochs and max_minutes are all null)")
+    return {**checked, "model": dict(checked["model"])} if "model" in checked else checked
