@@ -32,6 +32,7 @@ DEFAULT_TOLERANCE = 1e-6
 # (about 1e-16 * |L| / eps ~ 1e-10 here). Some gradients are exactly zero by the mathematics: the key
 # projection's bias shifts every score of a row by the same amount, which softmax ignores.
 ZERO_GRADIENT = 1e-8
+ROUNDING_UNITS = 16  # how many roundings of an output the difference quotient's noise estimate allows for
 UPSTREAM_STREAM = 0x6772  # g is drawn from default_rng([UPSTREAM_STREAM, seed]), not from default_rng(seed)
 
 
@@ -71,7 +72,7 @@ class GradcheckReport:
 
     rel_error of a tensor = max_i |a_i - n_i| / max(1e-8, floor, max_i |a_i| + max_i |n_i|),
     the analytic gradient a against the numeric one n, over the entries checked (CS231n's measure, taken over
-    the tensor). floor = noise / tolerance, where noise = 2^-52 * sum|f * g| / eps bounds the rounding of the
+    the tensor). floor = noise / tolerance, where noise = ROUNDING_UNITS * 2^-52 * sum|f * g| / eps bounds the rounding of the
     difference quotient: a gradient smaller than the floor is judged by its absolute error, so a gradient that
     is nearly zero everywhere cannot turn rounding noise into a large relative error. A tensor passes when
     rel_error < tolerance; a "zero gradient" row (every |a_i|, |n_i| < ZERO_GRADIENT) is one where both agree
@@ -201,10 +202,11 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
     # change the difference quotient, but subtracting it elementwise first avoids the rounding of large
     # terms (such as a masked score of -1e9) that would otherwise swamp the tiny difference.
     reference = [o.copy() for o in outputs]
-    # The rounding of L's difference: about 2^-52 of sum|f * g|, over the outputs that move (a masked score,
-    # -1e9, is a constant and rounds the same at every forward).
+    # The rounding of L's difference: some units of 2^-52 of sum|f * g|, over the outputs that move (a masked
+    # score, -1e9, is a constant and rounds the same at every forward). Some units, not one: each output comes
+    # out of a chain of rounded operations (a whole model's, for the Transformer), ROUNDING_UNITS of them.
     moving = [xp.where(xp.abs(o) < 1e8, xp.abs(o), 0.0) for o in outputs]
-    noise = 2.0**-52 * sum(float((m * xp.abs(g)).sum()) for m, g in zip(moving, upstream)) / eps
+    noise = ROUNDING_UNITS * 2.0**-52 * sum(float((m * xp.abs(g)).sum()) for m, g in zip(moving, upstream)) / eps
 
     def loss() -> float:
         return float(sum(float(((o - r) * g).sum()) for o, r, g in zip(run_forward(), reference, upstream)))

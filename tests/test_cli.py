@@ -120,8 +120,8 @@ def test_a_command_leaves_the_callers_blas_threads_as_they_were(tmp_path, monkey
 def test_blas_threads_fall_back_silently_without_openblas(monkeypatch):
     from minitransformer.fast import threads
 
-    monkeypatch.setattr(threads, "_blas", threads._Blas())                   # forget the library found
-    monkeypatch.setattr(threads, "_openblas_paths", list)                     # macOS/Accelerate, MKL: none
+    nothing = threads.threadpoolctl.ThreadpoolController().select(user_api="none")   # as with Accelerate: no BLAS found
+    monkeypatch.setattr(threads, "_blas_controller", lambda: (nothing, None))
     for var in threads.BLAS_ENV_VARS:
         monkeypatch.delenv(var, raising=False)
     assert threads.blas_threads() is None and threads.set_blas_threads(1) is False

@@ -5,6 +5,7 @@ through all four commands. The edges that would make real work huge (a batch of 
 sequences, a model 8,192 wide, a BPE vocabulary of a million) are checked at the parser, the saved settings and
 the checkpoint reader's config check, which is all they pass through before the work."""
 
+import argparse
 import copy
 import json
 import math
@@ -30,17 +31,20 @@ from minitransformer.model import TransformerConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED = {"train": ["--task", "copy"], "translate": ["--checkpoint", "x"], "evaluate": ["--checkpoint", "x"],
-            "gradcheck": [], "download": []}
+            "gradcheck": [], "download": [], "classroom grade": ["hw"]}
 MODEL_SIZES = ("d_model", "num_heads", "num_encoder_layers", "d_ff", "d_k")
 
 
 def bounded_options():
     """(command, flag, dest, setting) of every option whose value the parser reads into a range of limits.py."""
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if a.dest == "command"]
-    return [(command, action.option_strings[0], action.dest, action.type.setting)
-            for command, p in sub.choices.items() for action in p._actions
-            if getattr(action.type, "setting", None)]
+    def walk(parser, command):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):          # a command's own commands too
+                for name, p in action.choices.items():
+                    yield from walk(p, f"{command} {name}".strip())
+            elif getattr(action.type, "setting", None):
+                yield command, action.option_strings[0], action.dest, action.type.setting
+    return list(walk(build_parser(), ""))
 
 
 def text(value) -> str:
@@ -60,7 +64,7 @@ def edges(setting):
 
 
 def parse(command, flag, value):
-    return build_parser().parse_args([command, *REQUIRED[command], f"{flag}={text(value)}"])
+    return build_parser().parse_args([*command.split(), *REQUIRED[command], f"{flag}={text(value)}"])
 
 
 def test_every_limit_of_the_table_has_an_option():
@@ -88,7 +92,7 @@ def test_numbers_that_would_overflow_are_refused_before_any_arithmetic(value, ca
         if value == "1e-400" and limits.bounds(setting)[2][0] == "[" and limits.bounds(setting)[0] == 0:
             continue                                       # 1e-400 is 0.0, inside [0, ...]
         with pytest.raises(SystemExit):
-            build_parser().parse_args([command, *REQUIRED[command], f"{flag}={value}"])
+            build_parser().parse_args([*command.split(), *REQUIRED[command], f"{flag}={value}"])
         err = capsys.readouterr().err
         assert f"argument {flag}: expected" in err and "Traceback" not in err
 
@@ -201,9 +205,10 @@ def test_a_run_at_the_edges_trains_resumes_evaluates_and_translates(name, tmp_pa
 # ------------------------------------------------------------------------------------------ bounded history
 
 def test_a_runs_history_stays_bounded_and_a_resume_thins_it_the_same(tmp_path, monkeypatch):
-    """Past MAX_HISTORY rows the history keeps evenly spaced rows (and the last), decided by the step alone: a run
+    """Past HISTORY_ROWS rows the history keeps evenly spaced rows (and the newest), decided by the step alone: a run
     of any length stores bounded metadata, and a resumed run holds exactly the uninterrupted run's rows."""
-    monkeypatch.setattr(train_module, "MAX_HISTORY", 8)
+    monkeypatch.setattr(train_module, "HISTORY_ROWS", 4)
+    monkeypatch.setattr(train_module, "RECENT_ROWS", 2)
     base = ["train", "--task", "copy", "--heldout", "1", "--eval-every", "1", "--layers", "1", *TINY]
     whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
     assert main([*base, "--steps", "40", "--out", whole]) == 0
@@ -213,7 +218,8 @@ def test_a_runs_history_stays_bounded_and_a_resume_thins_it_the_same(tmp_path, m
     for key, exact in (("history", 3), ("valid_history", 3)):      # a history row's 4th column is a speed
         rows = numpy.array(states[0][key])
         steps = rows[:, 0].tolist()
-        # bounded, and spread over the whole run: the first row kept is a stride, under 4 * 40 / 8 steps in
-        assert 2 <= len(rows) <= 8 and steps[-1] == 40 and steps[0] < 4 * 40 / 8, (key, steps)
+        # bounded (HISTORY_ROWS on the stride, RECENT_ROWS newest), spread over the whole run: the first row kept
+        # lies within the first half
+        assert 2 <= len(rows) <= 4 + 2 and steps[-1] == 40 and steps[0] <= 40 / 2, (key, steps)
         assert steps == sorted(set(steps)), steps
         assert numpy.array_equal(rows[:, :exact], numpy.array(states[1][key])[:, :exact]), key

@@ -15,7 +15,9 @@ from .common import CLIError
 
 
 def add_classroom(sub) -> None:
-    from .parser import setting_type          # here, not at the top: parser.py imports this module
+    from .parser import (
+        setting_type,  # here, not at the top: parser.py imports this module
+    )
     c = sub.add_parser("classroom", help="make an assignment from the core, or grade one",
                        description="make: write an assignment (the core with chosen backward bodies as stubs); "
                                    "grade: grade one, naming the mistake behind each failing gradient; "
