@@ -290,3 +290,37 @@ def test_largest_batch_is_the_edge_of_what_check_decoding_lets_through():
             budget.check_decoding("f", model, b + 1, src_len, out_len, beam, budget=allowed)
     assert budget.largest_batch(model, 250, 300, 8, budget=1 << 20) == 0
     assert budget.largest_batch(model, 20, 70, 4, budget=3 << 20) > 1
+
+
+def test_train_refuses_a_model_past_the_budget_in_one_line_before_building_it(tmp_path):
+    """Every size within the option table, together far past the budget: refused before a weight exists."""
+    out = tmp_path / "big"
+    proc = capped(f"""
+        import sys
+        from minitransformer.kit.cli import main
+        sys.exit(main(["train", "--task", "copy", "--d-model", "8192", "--d-ff", "65536", "--layers", "128",
+                       "--heads", "8", "--steps", "1", "--no-progress", "--out", {str(out)!r}]))
+    """, seconds=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "building this model would take about" in lines[0]
+    assert "MINITRANSFORMER_MEMORY_BUDGET" in lines[0]
+    assert not any(name.endswith(".safetensors") for name in os.listdir(out))
+
+
+def test_translating_many_long_lines_batches_them_within_the_budget(monkeypatch):
+    """translate_ids sizes its batches so that each decoding call passes the budget that the longest source sets:
+    with a budget that fits the weights and five sources, twelve sources go in batches of at most five."""
+    from minitransformer.kit.data.task_data import translate_ids
+
+    model = mt.Transformer(config()).eval()
+    itemsize = model.parameters()[0].data.dtype.itemsize
+    weights = 2 * budget.parameter_count(model.config) * itemsize
+    per_source = sum(budget.decoding_parts(model.config, 1, 40, 90, 1, False, itemsize).values())
+    monkeypatch.setenv("MINITRANSFORMER_MEMORY_BUDGET", str(weights + 5 * per_source))
+    calls = []
+    real = decoding.greedy_decode
+    monkeypatch.setattr(decoding, "greedy_decode", lambda m, src, max_len=None: calls.append(len(src)) or
+                        real(m, src, max_len=max_len))
+    out = translate_ids(model, [[5] * 40 for _ in range(12)], batch_size=100)
+    assert len(out) == 12 and sum(calls) == 12 and max(calls) == 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from minitransformer import budget
 from minitransformer.kit.data.tokenizers import tokenizer_from_dict
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.running.files import check_writable, parse_json
@@ -42,7 +43,9 @@ def model_from_checkpoint(ck, weights=None):
     ``load_checkpoint`` checked the config's sizes against the weights the file holds before this builds it."""
     if ck.config is None:
         raise CLIError(f"checkpoint {ck.path} holds no model config")
-    model = tier(reference=False)[0](TransformerConfig.from_dict(ck.config))
+    config = TransformerConfig.from_dict(ck.config)
+    budget.check_model(config, owner=f"checkpoint {ck.path}")      # the memory it needs, refused before it is built
+    model = tier(reference=False)[0](config)
     try:
         model.load_state_dict(ck.weights if weights is None else weights)
     except ValueError as err:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from minitransformer import decoding
+from minitransformer import budget, decoding
 from minitransformer.model import TransformerConfig
 
 from . import datasets
@@ -141,6 +141,10 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
     length_limit(S) -> the most tokens generated for a source of S tokens; the batches then hold sources of one
     length each. None: decoding's default, S + 50 (the paper's, §6.1)."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    if encoded:                           # as many sentences at once as the memory budget lets the longest take
+        longest = len(encoded[order[-1]])
+        out_len = longest + 50 if length_limit is None else length_limit(longest)
+        batch_size = max(1, min(batch_size, budget.largest_batch(model, longest, out_len, beam_size)))
     out, batches, start = [None] * len(encoded), [], 0
     for end in range(1, len(order) + 1):
         if end == len(order) or end - start == batch_size or (

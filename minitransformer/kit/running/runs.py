@@ -9,7 +9,7 @@ import sys
 
 import numpy
 
-from minitransformer import decoding
+from minitransformer import budget, decoding
 from minitransformer.fast.threads import use_blas_threads
 from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
@@ -67,6 +67,7 @@ def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
     workers, each step's batch is split across them (``fast.DataParallel``)."""
     config = data.config
     Transformer, CrossEntropyLoss, Adam = tier(bool(settings.get("reference")))
+    budget.check_model(config, owner="train")                   # the memory it needs, refused before it is built
     model = Transformer(config)
     loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
     parallel = None
