@@ -1,26 +1,15 @@
 """Training checkpoints: one safetensors file holding everything a run needs to continue, and no pickle.
 
-Tensors: ``param/<name>`` (the weights, as ``state_dict`` names them), ``optim/<i>`` and ``sched/<i>`` (the
-optimiser's and the schedule's arrays: Adam's m and v). The header's string metadata: ``minitransformer``, JSON
-with the format version, step, epoch and batch position, random-generator states, model config, tokenisers,
-extra data (histories) and the optimiser/schedule skeletons (their scalars, and which tensor goes where);
-``run``, the id of the run that wrote it (read without parsing that JSON); ``sha256``, the digest of the other
-two and of every tensor (``_digest``).
-
-Why safetensors: a format made for files strangers send each other (a JSON header, then raw little-endian bytes;
-nothing runs on loading, where ``numpy.load(allow_pickle=True)`` runs what a crafted file says), which PyTorch,
-JAX and the Hugging Face tools open directly (``safetensors.torch.load_file``).
-
-Why every field is checked: the digest proves integrity, not origin (anyone can compute one). ``load_checkpoint``
-reads the 8-byte header length itself and refuses one above ``limits.MAX_HEADER_BYTES`` unread; then checks each
-tensor's dtype (bool, int, float), shape and size against the file, and every metadata field, the config's sizes
-against the weights the file holds, before any tensor is read; then the digest and finiteness. Each refusal is
-one line naming the file and the field. The writer runs the same checks, so a run never saves what it cannot read.
-
-Writes are atomic (``files.atomic_write``). ``CheckpointManager`` writes ``checkpoint-<step>.safetensors`` and
-the same bytes as ``checkpoint.safetensors`` (a file of its own, never a link: ``cp backup/checkpoint.safetensors
-run/`` must not rewrite a step file too), keeps the last ``keep`` step files of its run, and holds the folder's
-lock (``files.lock_folder``). ``average_checkpoints`` averages the last N, as the paper does (§6.1).
+Tensors: ``param/<name>`` (the weights), ``optim/<i>`` and ``sched/<i>`` (the optimiser's and schedule's arrays).
+Header metadata: ``minitransformer`` (JSON: format version, step, data position, rng, config, tokenizers, extra,
+the optimiser/schedule skeletons), ``run`` (the writing run's id, read without parsing that JSON) and ``sha256``
+(of both and of every tensor). Safetensors because strangers send each other these files: nothing runs on
+loading (``numpy.load(allow_pickle=True)`` runs what a crafted file says), and PyTorch, JAX and the Hugging Face
+tools open it directly. The digest proves integrity, not origin, so the reader checks every field
+(``checkpoint_checks``) before reading a tensor, and the writer runs the same checks: a run never saves what it
+cannot read. ``CheckpointManager`` writes ``checkpoint-<step>.safetensors`` and the same bytes as
+``checkpoint.safetensors`` (a file of its own, never a link: copying a backup over it must not rewrite a step
+file), keeps its run's last ``keep`` step files and holds the folder's lock. ``average_checkpoints``: paper §6.1.
 """
 
 from __future__ import annotations
@@ -39,6 +28,7 @@ import numpy
 import safetensors
 import safetensors.numpy
 
+from minitransformer.checks import positive_int
 from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.kit.running import files
 from minitransformer.kit.running.checkpoint_checks import (  # noqa: F401 - public here too
@@ -59,9 +49,7 @@ CODES = {numpy.dtype(name): code for code, name in checks.DTYPES.items()}
 
 @dataclass
 class Checkpoint:
-    """What ``load_checkpoint`` read: weights (name -> array, for ``model.load_state_dict``), the optimiser's and
-    schedule's ``state_dict()`` (None if not saved), step, the data position (epoch, batch), rng, config (a dict),
-    tokenizers ({"src": JSON, "tgt": JSON} or {}), extra (task, histories), the file's path and the run's id."""
+    """What ``load_checkpoint`` read: the ``save_checkpoint`` arguments, the file's path and the run's id."""
 
     weights: OrderedDict
     optimizer: dict | None = None
@@ -80,9 +68,8 @@ class Checkpoint:
 # ============================================================================ writing
 
 def _flatten(obj, prefix: str, tensors: dict):
-    """A JSON-able skeleton of ``obj``; every array goes into ``tensors`` under ``prefix/<n>``. NumPy scalars too,
-    so that a float32 comes back a float32 (NumPy float64 times a float32 array is float64, a Python float times it
-    float32: exact resume needs the same arithmetic). Tuples and dicts with non-str or "__" keys are tagged."""
+    """A JSON-able skeleton of ``obj``, its arrays in ``tensors`` as ``prefix/<n>``. NumPy scalars too: a float32
+    must come back a float32 for exact resume. Tuples and dicts with non-str or "__" keys are tagged."""
     if isinstance(obj, (numpy.ndarray, numpy.generic)) or hasattr(obj, "__cuda_array_interface__"):
         key = f"{prefix}/{len(tensors)}"
         tensors[key] = obj.get() if hasattr(obj, "__cuda_array_interface__") else numpy.asarray(obj)   # CuPy: host
@@ -148,10 +135,9 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
 
 def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0,
                     batch: int = 0, rng=None, config=None, tokenizers=None, extra=None, run=None) -> str:
-    """Write one checkpoint file atomically -> its path. weights: {name: array} (``model.state_dict()``);
-    optimizer, scheduler: their ``state_dict()``; step, epoch, batch: steps taken and the data position; rng:
-    ``backend.get_rng_state()``; config: the model config dict; tokenizers: {"src": JSON, "tgt": JSON}; extra:
-    any JSON-able dict (task, histories); run: the run's id."""
+    """Write one checkpoint file atomically -> its path. weights: ``model.state_dict()``; optimizer, scheduler:
+    their ``state_dict()``; epoch, batch: the data position; rng: ``backend.get_rng_state()``; config,
+    tokenizers, extra: JSON-able dicts; run: the run's id."""
     data = pack_checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch,
                            batch=batch, rng=rng, config=config, tokenizers=tokenizers, extra=extra, run=run)
     files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
@@ -164,16 +150,9 @@ def _write_file(f, data: bytes) -> None:
 
 
 def load_checkpoint(path) -> Checkpoint:
-    """Read and check one checkpoint file (see the module docstring) -> a ``Checkpoint``.
-
-    The file may come from anyone: a ValueError naming the path and the field refuses it, before anything past
-    its header is read, when it is not a regular file, is truncated, another format or version, has a header
-    beyond ``MAX_HEADER_BYTES``, JSON nested deeper than ``MAX_JSON_DEPTH``, a tensor no checkpoint has or of
-    another dtype than bool/int/float, a step or position outside [0, ``MAX_COUNT``], or a config beyond
-    ``CONFIG_CAPS`` or describing more weights than the file holds; after reading, when the digest does not
-    match or a float tensor holds NaN or inf. FileNotFoundError if there is no such file, IsADirectoryError
-    for a folder.
-    """
+    """Read and check one checkpoint file -> a ``Checkpoint``. Anything ``checkpoint_checks`` refuses, a wrong
+    digest or a NaN/inf float is a one-line ValueError naming the file and the field, the header's checks made
+    before any tensor is read."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"checkpoint {path} is a folder, not a file (did you mean "
@@ -197,20 +176,18 @@ def load_checkpoint(path) -> Checkpoint:
         raise ValueError(f"checkpoint {path}: checksum mismatch, the file was altered or damaged after it was "
                          f"written (stored sha256 {metadata['sha256']:.16}...)")
     checks.check_finite(f"checkpoint {path}", floats, tensors)
+    return Checkpoint(**restore(meta, tensors), path=path, run=metadata["run"] or None)
 
+
+def restore(meta: dict, tensors: dict) -> dict:
+    """The ``save_checkpoint`` arguments (but run) of metadata ``check_meta`` passed and its tensors."""
     def tensor(name, scalar):
         return tensors[name][()] if scalar and tensors[name].shape == () else tensors[name]
 
-    return Checkpoint(weights=OrderedDict((n, tensors[f"param/{n}"]) for n in meta["param_names"]),
-                      optimizer=checks.unflatten(meta["optimizer"], "optim", "", tensor),
-                      scheduler=checks.unflatten(meta["scheduler"], "sched", "", tensor), step=meta["step"],
-                      epoch=meta["epoch"], batch=meta["batch"], rng=meta["rng"], config=meta["config"],
-                      tokenizers=meta["tokenizers"], extra=meta["extra"], path=path, run=metadata["run"] or None)
-
-
-def load_weights(path) -> OrderedDict:
-    """Only the weights of a checkpoint (verified like ``load_checkpoint``)."""
-    return load_checkpoint(path).weights
+    return {"weights": OrderedDict((n, tensors[f"param/{n}"]) for n in meta["param_names"]),
+            "optimizer": checks.unflatten(meta["optimizer"], "optim", "", tensor),
+            "scheduler": checks.unflatten(meta["scheduler"], "sched", "", tensor),
+            **{k: meta[k] for k in ("step", "epoch", "batch", "rng", "config", "tokenizers", "extra")}}
 
 
 def run_of(path) -> str | None:
@@ -293,22 +270,13 @@ def _of_run(files: list, run, folder: str, doing: str) -> list:
 
 
 class CheckpointManager:
-    """Saves ``checkpoint-<step>.safetensors`` in a folder and the same bytes as ``checkpoint.safetensors``, both
-    atomically (so the latest is always a whole checkpoint), and keeps the last ``keep`` step files of its run.
-
-    It holds the folder's lock from construction until ``close()`` or the end of the process (``files.lock_folder``:
-    a second run on the folder is refused), and deletes temporary files of dead writers. Each file records the run's
-    id: the id of the folder's latest checkpoint (a resumed run: ``Trainer`` refuses to save into a folder of
-    another run it did not resume), else a new one. Step files of other ids are never pruned (nor averaged by
-    ``last_checkpoints``): each is named on stderr and left as it is.
-    """
+    """Saves ``checkpoint-<step>.safetensors`` and the same bytes as ``checkpoint.safetensors``, atomically, and
+    keeps its run's last ``keep`` step files. Holds the folder's lock until ``close()`` or the process ends, and
+    deletes dead writers' temp files. Its run id is that of the folder's latest checkpoint (a resumed run), else
+    new; step files of other ids are never pruned nor averaged: each is named on stderr and left as it is."""
 
     def __init__(self, directory, keep: int = 5):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"CheckpointManager: keep must be a positive int, got {keep!r}")
-        self.directory = os.fspath(directory)
-        self.keep = keep
-        self.run = None
+        self.directory, self.keep, self.run = os.fspath(directory), positive_int("CheckpointManager", "keep", keep), None
         os.makedirs(self.directory, exist_ok=True)
         self.close = weakref.finalize(self, files.lock_folder(self.directory, "checkpoint folder"))
         files.remove_stale_temps(self.directory)
@@ -327,22 +295,13 @@ class CheckpointManager:
         for path in (os.path.join(self.directory, f"checkpoint-{int(step)}{SUFFIX}"), self.latest):
             files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
         for old in _of_run(list_checkpoints(self.directory), self.run, self.directory, "pruning")[:-self.keep]:
-            try:
-                os.unlink(old)
-            except OSError:
-                pass
+            files.remove_quietly(old)
         return self.latest
-
-    def checkpoints(self) -> list:
-        return list_checkpoints(self.directory)
 
 
 def average_checkpoints(paths) -> OrderedDict:
-    """The element-wise mean of the weights of several checkpoints of one run (paper §6.1). -> {name: array}
-
-    Every file is verified; all must come from one run, with the same parameter names and shapes. The mean is
-    taken in float64 and returned in each parameter's saved dtype.
-    """
+    """The element-wise mean of the weights of checkpoints of one run (paper §6.1), each verified, taken in
+    float64 and returned in each parameter's saved dtype. -> {name: array}"""
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints: paths must name at least one checkpoint, got none")
@@ -371,8 +330,7 @@ def last_checkpoints(directory, n: int, up_to_step: int | None = None) -> list:
     """The newest ``n`` step files of a folder's run (fewer if fewer exist), oldest first; with ``up_to_step``,
     the newest ``n`` whose step is at most that. The run is that of checkpoint-<up_to_step>, else of the
     folder's latest checkpoint; step files of other runs are named on stderr and left out."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"last_checkpoints: n must be a positive int, got {n!r}")
+    positive_int("last_checkpoints", "n", n)
     found = [p for p in list_checkpoints(directory) if up_to_step is None or step_of_file(p) <= up_to_step]
     named = os.path.join(os.fspath(directory), f"checkpoint-{up_to_step}{SUFFIX}")
     reference = named if up_to_step is not None and os.path.isfile(named) else latest_checkpoint(directory)

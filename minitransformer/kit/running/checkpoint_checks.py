@@ -1,13 +1,10 @@
-"""What a checkpoint file may hold: every check its reader makes, which its writer makes too.
+"""What a checkpoint file may hold: every check its reader makes, and its writer too (a file may come from anyone).
 
-A checkpoint may come from anyone (the digest proves integrity, not origin), so the reader takes it as untrusted
-input: ``read_header`` reads the 8-byte header length itself and refuses one above ``limits.MAX_HEADER_BYTES``
-unread, then each tensor's dtype (bool, int, float), shape and size against the file; ``check_meta`` every
-metadata field, the optimiser/schedule skeletons and the config's sizes against the weights the file holds, all
-before any tensor is read; ``check_finite`` the values once read. ``check_state`` then checks what is about to be
-loaded into a run against that run's own state, in the dtype the run computes in. Every refusal is a ValueError
-of one line naming the file and the field.
-"""
+``read_header``: the 8-byte header length, refused above ``limits.MAX_HEADER_BYTES`` unread, then each tensor's
+dtype, shape and size against the file; ``check_meta``: every metadata field and the config's sizes against the
+weights held, all before a tensor is read; ``check_finite``: the values read; ``check_state``: what is about to be
+loaded into a run, against the run's own state, in its dtype. Each refusal: a one-line ValueError naming the file
+and the field."""
 
 from __future__ import annotations
 
@@ -93,9 +90,8 @@ def count(value, what: str, where: str) -> int:
 
 
 def unflatten(node, prefix: str, where: str, lookup):
-    """The inverse of ``_flatten``, checking the form as it goes; ``lookup(name, scalar)`` gives each tensor.
-    Every tagged form has exactly its own keys, so the check and the rebuild cannot take different branches.
-    The recursion is bounded: ``parse_json`` refused nesting deeper than MAX_JSON_DEPTH."""
+    """The inverse of ``checkpoint._flatten``, checking the form; ``lookup(name, scalar)`` gives each tensor. One
+    function checks and rebuilds, so the two cannot take different branches (depth: bounded by ``parse_json``)."""
     if isinstance(node, list):
         return [unflatten(v, prefix, where, lookup) for v in node]
     keys = set(node) if isinstance(node, dict) else None
@@ -116,8 +112,8 @@ def unflatten(node, prefix: str, where: str, lookup):
 
 
 def check_meta(where: str, meta, specs: dict) -> list:
-    """Check every metadata field ``load_checkpoint`` uses against the tensors ``specs`` describes, filling the
-    optional ones -> the names of the float tensors. Nothing is read: a refused file costs its header only."""
+    """Check every metadata field against the tensors ``specs`` describes, filling the optional ones -> the float
+    tensors' names. Nothing is read: a refused file costs its header only."""
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{where}: not a minitransformer checkpoint (format "
                          f"{meta.get('format') if isinstance(meta, dict) else meta!r:.60})")
@@ -168,9 +164,8 @@ def check_finite(where: str, names: list, tensors: dict) -> None:
 
 
 def check_config(config, where: str):
-    """The ``TransformerConfig`` of a config dict read from a file, or ValueError naming ``where`` and the field:
-    not a valid config, or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS`` (tables that alone would exhaust
-    memory)."""
+    """The ``TransformerConfig`` of a config dict read from a file; ValueError naming ``where`` and the field for
+    an invalid one or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS``."""
     from minitransformer.config import TransformerConfig
 
     if not isinstance(config, dict):
@@ -191,13 +186,11 @@ def check_config(config, where: str):
 
 
 def parameter_count(cfg) -> int:
-    """How many numbers the weights of ``Transformer(cfg)`` hold, computed without building it (a test pins it
-    to ``num_parameters()``), so that a config is refused before its model is allocated."""
+    """How many numbers ``Transformer(cfg)``'s weights hold, without building it (pinned to ``num_parameters()``)."""
     d, f, inner = cfg.d_model, cfg.d_ff, cfg.num_heads * (cfg.d_k or cfg.d_model // cfg.num_heads)
 
     def linear(n_in, n_out):
         return n_in * n_out + n_out
-
     attention = 3 * linear(d, inner) + linear(inner, d)
     ffn, norm = linear(d, f) + linear(f, d), 2 * d
     total = cfg.num_encoder_layers * (attention + ffn + 2 * norm)
@@ -210,11 +203,9 @@ def parameter_count(cfg) -> int:
 
 
 def check_state(path, what: str, state, template) -> None:
-    """Refuse (ValueError naming the file and the entry) a state read from a checkpoint that does not fit
-    ``template``, the ``state_dict()`` it is about to be loaded into, so that a refused load changes nothing: the
-    same keys; where the template has an array, one of its shape and kind, finite in the template's dtype (Adam's
-    second moments ``v.<i>`` also >= 0); where an int, an int in [0, MAX_COUNT]; where a float, a number >= 0
-    finite in float32 (the narrowest dtype a run uses); the same inside nested dicts and lists."""
+    """Refuse (ValueError naming the file and the entry) a state that does not fit ``template``, the
+    ``state_dict()`` it will be loaded into, before anything changes: the same keys; arrays of the template's shape
+    and kind, finite in its dtype (Adam's ``v.<i>`` >= 0); ints in [0, MAX_COUNT]; floats >= 0 finite in float32."""
     where = f"checkpoint {path}: {what}"
     if isinstance(template, dict):
         if not isinstance(state, dict):

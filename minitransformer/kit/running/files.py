@@ -1,31 +1,18 @@
 """Files from elsewhere, and files written so that neither a crash nor a planted link can do harm.
 
-Students download checkpoints and run folders from classmates and course pages, so every file the kit reads
-may have been crafted, and every folder it writes into may hold traps. The rules, in one place:
-
-Reading (``open_regular``). The path is opened without blocking and refused unless it is a regular file:
-a FIFO blocks its reader until someone writes (forever), a device such as /dev/zero never ends. The check is
-made on the opened descriptor (``fstat``), so the file cannot be swapped between the check and the read.
-
-Writing (``atomic_write``). Temporary file in the same folder -> write -> flush -> fsync -> ``os.replace``
--> fsync the folder. The destination is always the old file or the whole new one: a run killed mid-write,
-a full disk or a file-size limit leave the previous copy whole. A destination that is a symbolic link is
-refused with a message: a downloaded run folder whose metrics.json points at ~/.bashrc must not make the
-next run write there. (Were the check raced, ``os.replace`` would still replace the link itself, never
-its target.)
-
-JSON (``parse_json``). Nesting deeper than ``MAX_JSON_DEPTH`` is refused: Python's parser and every
-recursive walk over the result would otherwise end in a RecursionError thousands of lines long.
-
-One run per folder (``lock_folder``). Two runs writing one folder would mix their checkpoints and prune each
-other's. A run holds an exclusive lock on its folder (``flock`` on the folder itself, so no lock file is left
-behind); the operating system releases it when the process ends, however it ends, so a killed run's folder is
-free at once. Temporary files left by a killed writer are deleted only when their name is exactly the pattern
-``atomic_write`` makes and the process it names no longer exists.
+Students download checkpoints and run folders from classmates, so every file read may be crafted and every folder
+written may hold traps. ``open_regular`` refuses anything but a regular file, checked on the opened descriptor (a
+FIFO would block forever, /dev/zero never ends). ``atomic_write``: temp file in the same folder, fsync,
+``os.replace``, fsync the folder, so a kill, a full disk or a size limit leave the old file whole; a destination
+that is a symbolic link is refused (a metrics.json pointing at ~/.bashrc). ``parse_json`` refuses nesting deeper
+than ``MAX_JSON_DEPTH`` (else a RecursionError thousands of lines long). ``lock_folder``: one run per folder, an
+exclusive ``flock`` on the folder itself that the OS releases however the process ends; a killed writer's temp
+files are deleted only when named exactly as ``atomic_write`` names them and their process is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -41,14 +28,9 @@ TEMP_SUFFIX = ".tmp"
 _TEMP_NAME = re.compile(r"^\.(?:minitransformer|checkpoint)-(\d{1,10})-[0-9a-f]{12}\.tmp$")   # and earlier versions'
 
 
-# ============================================================================ reading
-
 def open_regular(path, what: str):
-    """``path`` opened for binary reading, if it is a regular file (a link to one is fine); else ValueError.
-
-    what: how messages call the file ("checkpoint", "Multi30k file", ...). FileNotFoundError and
-    PermissionError keep their types; every error names the path.
-    """
+    """``path`` opened for binary reading if it is a regular file (or a link to one), else an error naming
+    ``what`` ("checkpoint", ...) and the path (FileNotFoundError and PermissionError keep their types)."""
     path = os.fspath(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
@@ -75,8 +57,6 @@ def open_regular(path, what: str):
         raise
 
 
-# ============================================================================ writing
-
 def check_writable(path, what: str = "file") -> None:
     """Refuse to write ``path`` if it is a symbolic link or exists as something other than a regular file."""
     path = os.fspath(path)
@@ -92,7 +72,6 @@ def check_writable(path, what: str = "file") -> None:
 
 
 def fsync_directory(directory: str) -> None:
-    """Make a rename inside ``directory`` durable. Not possible (nor needed) on Windows."""
     if os.name == "nt":  # pragma: no cover - Windows cannot open a directory
         return
     fd = os.open(directory, os.O_RDONLY)
@@ -103,9 +82,8 @@ def fsync_directory(directory: str) -> None:
 
 
 def create_temp(directory: str):
-    """A new, empty temporary file in ``directory``: (fd, path). Created with mode 0o666 minus the umask
-    (``tempfile.mkstemp`` would make it 0o600, and the renamed file would keep that). O_EXCL: never an
-    existing file, and never through a link planted under the same name."""
+    """(fd, path) of a new temp file in ``directory``: mode 0o666 minus the umask (``mkstemp``'s 0o600 would stay
+    with the renamed file); O_EXCL: never an existing file, nor through a planted link."""
     for _ in range(100):
         tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{TEMP_SUFFIX}")
         try:
@@ -116,10 +94,8 @@ def create_temp(directory: str):
 
 
 def remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def _process_alive(pid: int) -> bool:
@@ -133,8 +109,7 @@ def _process_alive(pid: int) -> bool:
 
 
 def remove_stale_temps(directory) -> None:
-    """Delete the temporary files of writers that died mid-write: regular files named exactly as
-    ``create_temp`` names them, whose process no longer exists. Anything else is left alone."""
+    """Delete the regular files named exactly as ``create_temp`` names them whose process no longer exists."""
     if os.name == "nt":  # pragma: no cover - no cheap check whether a process lives: keep the files
         return
     for name in os.listdir(directory):
@@ -150,10 +125,9 @@ _LOCKS_GUARD = threading.Lock()
 
 
 def lock_folder(directory, what: str = "run folder"):
-    """Take the exclusive lock of ``directory`` for this process (see the module docstring) -> a function that
-    releases it. ValueError naming the folder if another process holds it. Within one process the lock is
-    shared: a second ``Trainer`` on the folder in the same program (resuming a run it just stopped) is the same
-    owner. Where the system has no ``flock`` (Windows), nothing is locked."""
+    """Take ``directory``'s exclusive lock -> a function that releases it; ValueError naming the folder if another
+    process holds it. Shared within one process (a second ``Trainer`` resuming a run it just stopped is the same
+    owner). Without ``flock`` (Windows) nothing is locked."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -190,10 +164,8 @@ def lock_folder(directory, what: str = "run folder"):
 
 
 def atomic_write(path, write, what: str = "file") -> None:
-    """Make ``path`` the bytes ``write(f)`` puts into an open binary file, so that ``path`` is always either
-    the old file or the whole new one (see the module docstring). If anything fails (or the process dies)
-    before the rename, ``path`` is untouched and the temp file is removed (or, after a SIGKILL, left
-    behind as ``.minitransformer-<pid>-*.tmp``, which nothing reads and ``remove_stale_temps`` deletes)."""
+    """Make ``path`` the bytes ``write(f)`` puts into an open binary file: always the old file or the whole new
+    one. On failure the temp file is removed (after a SIGKILL, ``remove_stale_temps`` deletes it)."""
     path = os.fspath(path)
     check_writable(path, what)
     directory = os.path.dirname(os.path.abspath(path))
@@ -218,8 +190,6 @@ def write_json(path, obj, what: str = "file") -> None:
     atomic_write(path, lambda f: f.write(data), what)
 
 
-# ============================================================================ JSON
-
 def json_depth(obj) -> int:
     """How deeply lists and dicts nest in ``obj`` (a scalar: 0), without recursion."""
     deepest, stack = 0, [(obj, 1)]
@@ -234,8 +204,7 @@ def json_depth(obj) -> int:
 
 
 def parse_json(text, where: str, max_depth: int = MAX_JSON_DEPTH, **options):
-    """json.loads (with ``options``), refusing (ValueError naming ``where``) bad JSON and nesting deeper than
-    ``max_depth``."""
+    """json.loads, refusing bad JSON and nesting deeper than ``max_depth`` (ValueError naming ``where``)."""
     try:
         obj = json.loads(text, **options)
     except RecursionError:

@@ -1,13 +1,8 @@
-"""Checkpoints of earlier versions (``.npz``, format version 1), converted once to safetensors.
-
-    minitransformer convert runs/toy              # every checkpoint*.npz of the folder, beside the old files
-    convert_npz("old/checkpoint.npz", "new.safetensors")
-
-Only this converter reads the old format; ``load_checkpoint`` names the command when it meets one. The reader is
-guarded as the old one was (the files may come from anyone): the zip's sha256 trailer, its entry count, sizes and
-inflation, and every array header are checked before ``numpy.load(allow_pickle=False)`` reads an array; the
-result is then written and checked by the new writer, and read back by ``load_checkpoint`` before it counts.
-"""
+"""Checkpoints of earlier versions (``.npz``, format version 1), converted once to safetensors
+(``minitransformer convert runs/toy``, or ``convert_npz(old, new)``); ``load_checkpoint`` names the command when it
+meets one. The files may come from anyone: the zip's sha256 trailer, entry count, sizes, inflation and every array
+header are checked before ``numpy.load(allow_pickle=False)`` reads an array; the new writer then checks the result,
+and ``load_checkpoint`` reads it back before it counts."""
 
 from __future__ import annotations
 
@@ -100,14 +95,6 @@ def convert_npz(old, new=None, run: str | None = None) -> list:
                          f"checkpoint holds")
     checks.check_meta(f"checkpoint {old}", meta, {n: (ck.CODES[a.dtype.newbyteorder("=")], list(a.shape))
                                                   for n, a in arrays.items()})
-
-    def tensor(name, scalar):
-        return arrays[name][()] if scalar and arrays[name].shape == () else arrays[name]
-
-    ck.save_checkpoint(new, weights={n: arrays[f"param/{n}"] for n in meta["param_names"]},
-                       optimizer=checks.unflatten(meta["optimizer"], "optim", "", tensor),
-                       scheduler=checks.unflatten(meta["scheduler"], "sched", "", tensor),
-                       step=meta["step"], epoch=meta["epoch"], batch=meta["batch"], rng=meta["rng"],
-                       config=meta["config"], tokenizers=meta["tokenizers"], extra=meta["extra"], run=run)
+    ck.save_checkpoint(new, **ck.restore(meta, arrays), run=run)
     ck.load_checkpoint(new)
     return [new]

@@ -1,13 +1,10 @@
-"""The training loop: batches in, loss down, checkpoints out, and a run that can be killed and resumed.
+"""The training loop: zero the gradients, forward, loss, backward, clip, the schedule's rate, the update; every so
+many steps evaluate and save; stop at the first limit reached.
 
-``Trainer.fit`` is the loop: zero the gradients, forward, loss, backward, clip, the schedule's learning rate, the
-optimiser's update; every so many steps evaluate and save; stop at the first limit reached.
-
-Exact resume: a run killed at any moment and resumed from its last checkpoint computes the same steps, to the bit
-on the CPU, as the run never stopped. The checkpoint holds every input of a later step: weights, optimiser moments,
-step counts, the data position (batch i of epoch e is a fixed function of the seed and e) and the random generators
-(dropout). Evaluation draws no random numbers; time limits decide only where a run stops. Checkpoints are written
-atomically; a non-finite loss or gradient stops the run before the update, and nothing is saved after it.
+Exact resume: a run killed at any moment and resumed from its last checkpoint computes the same steps, to the bit on
+the CPU, as the run never stopped: the checkpoint holds every input of a later step (weights, optimiser moments,
+counts, the data position, the random generators); evaluation draws no random numbers and time limits decide only
+where a run stops. A non-finite loss or gradient stops the run before the update, and nothing is saved after it.
 """
 
 from __future__ import annotations
@@ -34,28 +31,20 @@ ON_NONFINITE = ("stop", "skip")
 class Trainer:
     """Train a model on batches, with evaluation, early stopping, checkpoints and exact resume.
 
-    model, loss_fn, optimizer   a Module (forward(src, tgt_in) -> logits, backward(dlogits) fills the grads), a
-                 CrossEntropyLoss and an optimiser (step, zero_grad, lr, state_dict, load_state_dict)
-    train_data   a resumable batch source (``BucketBatcher``, ``tasks.TaskBatches``) or a list of batches, each
-                 with src (B,S), tgt_in (B,T), tgt_out (B,T) int arrays; valid_data: batches for the valid loss
-    scheduler    e.g. ``NoamSchedule``, stepped before every update; clip_norm: clip the gradients' joint L2 norm
-    max_steps, max_epochs, max_seconds   when to stop: the first reached (at least one). max_seconds counts this
-                 ``fit`` call's wall-clock time; it decides only where the run stops, never what it computes
-    eval_every, metric_fn, target   evaluate every so many steps and at the end: the valid loss and
-                 metric_fn(model) (e.g. BLEU, in eval mode); stop once the metric reaches target.
-                 metric_name, metric_format: how lines write it (e.g. "valid BLEU", ``"{:.2f}".format``)
-    checkpoint_dir, save_every, keep   save every save_every steps and at the end, keeping the newest ``keep``
-                 step files and a copy of the newest. A folder that holds another run's checkpoints is refused
-                 when training starts: ``resume`` from it first, or choose another
-    on_nonfinite "stop": raise NonFiniteError at a NaN/inf loss or gradient; "skip": drop that step (raise
-                 after max_skips in a row)
-    progress     a tqdm bar with loss, tokens/s and lr. parallel: a ``fast.DataParallel(model, loss_fn, workers)``
-                 that runs each step's forward and backward with the batch split across its threads
-    config, tokenizers, extra   JSON-able data stored in every checkpoint (model config, vocabularies, ...)
+    model, loss_fn, optimizer: a Module, a CrossEntropyLoss, an optimiser (step, zero_grad, lr, state_dict).
+    train_data: a resumable batch source (``BucketBatcher``) or a list of batches (src (B,S), tgt_in (B,T),
+    tgt_out (B,T)); valid_data: batches for the valid loss. scheduler: stepped before every update. clip_norm:
+    clip the gradients' joint L2 norm. max_steps, max_epochs, max_seconds (this ``fit``'s wall clock): stop at
+    the first reached. eval_every, metric_fn, target: evaluate every so many steps and at the end (valid loss and
+    metric_fn(model), e.g. BLEU), stop once the metric reaches target; metric_name, metric_format: how lines
+    write it. checkpoint_dir, save_every, keep: save every save_every steps and at the end, keeping the newest
+    ``keep`` step files (a folder of another run is refused unless ``resume``d from). on_nonfinite: "stop"
+    raises NonFiniteError at a NaN/inf loss or gradient, "skip" drops the step (up to max_skips in a row).
+    progress: a tqdm bar. parallel: a ``fast.DataParallel`` over model and loss_fn. config, tokenizers, extra:
+    JSON-able data saved in every checkpoint.
 
-    After ``fit``: ``stop_reason`` and ``stop_description()`` say why it stopped; ``history`` holds (step, loss, lr,
-    tokens per second) rows, one per step (thinned on long runs, see HISTORY_ROWS), ``valid_history`` (step,
-    valid_loss, metric) rows, NaN where not computed. Tokens count the real (non-pad) source and target tokens.
+    After ``fit``: ``stop_reason``, ``stop_description()``; ``history`` (step, loss, lr, tokens/s) rows, thinned on
+    long runs; ``valid_history`` (step, valid_loss, metric) rows, NaN where not computed.
     """
 
     def __init__(self, model, loss_fn, optimizer, train_data, *, scheduler=None, valid_data=None,
@@ -249,8 +238,7 @@ class Trainer:
             self.stop_reason = "target"
 
     def stop_description(self) -> str:
-        """Why the run stopped, in words: "target reached at step 1000 (valid BLEU 99.20 >= 99.00)",
-        "step limit reached (3000 steps)", "time limit reached (43 min) at step 812", "20 epochs done"."""
+        """Why the run stopped, in words ("step limit reached (3000 steps)", ...)."""
         if self.stop_reason == "target":
             metric, target = self.metric_format(self.valid_history[-1][2]), self.metric_format(self.target)
             return f"target reached at step {self.step} ({self.metric_name} {metric} >= {target})"
@@ -282,9 +270,7 @@ class Trainer:
                 "config": self.config, "tokenizers": self.tokenizers, "extra": {**self.extra, "trainer": trainer}}
 
     def _claim_checkpoint_dir(self) -> None:
-        """Refuse to save into a folder that holds another run's checkpoints: the two would mix, pruning (highest
-        steps kept, whoever wrote them) would delete the new run's first ones, and the latest copy would no longer
-        match the step files that averaging reads. Resuming from the folder makes its checkpoints this run's."""
+        """Refuse to save into a folder holding another run's checkpoints (the two would mix; resume it first)."""
         if self.checkpoints is None or self._checkpoint_dir_is_ours:
             return
         folder = self.checkpoints.directory
@@ -306,9 +292,8 @@ class Trainer:
         return path
 
     def resume(self, path) -> None:
-        """Restore the whole run from a checkpoint (a file, or a run folder's latest) so that training continues
-        exactly. The file may come from anyone: a refused one (ValueError naming the file and the field) changes
-        nothing (``resume.check_resumable``). Resuming from checkpoint_dir makes its checkpoints this run's own."""
+        """Restore the whole run from a checkpoint (a file, or a run folder's latest) to continue exactly; a refused
+        file (ValueError naming the file and the field) changes nothing."""
         if os.path.isdir(path):
             folder, path = path, checkpoint.latest_checkpoint(path)
             if path is None:
@@ -336,11 +321,9 @@ class Trainer:
         self.model.train()
 
 
-# The histories go into every checkpoint's metadata, which the reader caps (limits.MAX_META_BYTES). So a history
-# keeps every row while it has at most HISTORY_ROWS, then only the rows on a stride (every 2nd, 4th, 8th, ... row's
-# step: at most HISTORY_ROWS of them in the run), so the curve still spans the whole run evenly, and always the
-# newest RECENT_ROWS (the summary's final loss, the last evaluation). The rule reads only the rows and the step, so
-# a resumed run keeps the very rows of the run that was never stopped.
+# The histories go into every checkpoint's metadata, which the reader caps (limits.MAX_META_BYTES): past
+# HISTORY_ROWS rows a history keeps only rows on a doubling stride (the curve still spans the run evenly) and the
+# newest RECENT_ROWS. The rule reads only the rows and the step, so a resumed run keeps the very same rows.
 HISTORY_ROWS, RECENT_ROWS = MAX_HISTORY, 50
 
 
