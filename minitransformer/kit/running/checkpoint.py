@@ -28,22 +28,17 @@ import numpy
 import safetensors
 import safetensors.numpy
 
+from minitransformer import backend
 from minitransformer.checks import positive_int
 from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.kit.running import files
-from minitransformer.kit.running.checkpoint_checks import (  # noqa: F401 - public here too
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    check_config,
-    check_state,
-    parameter_count,
-)
-from minitransformer.limits import CONFIG_CAPS, MAX_COUNT  # noqa: F401 - the kit reaches them here too
 
-TEMP_SUFFIX = files.TEMP_SUFFIX
+TEMP_SUFFIX, FORMAT_NAME, FORMAT_VERSION = files.TEMP_SUFFIX, checks.FORMAT_NAME, checks.FORMAT_VERSION
+check_config, parameter_count = checks.check_config, checks.parameter_count                # public here too
 SUFFIX = ".safetensors"
 LATEST = "checkpoint" + SUFFIX
 _STEP_FILE = re.compile(r"^checkpoint-(\d+)\.safetensors$")
+OLD_NAME = re.compile(r"^checkpoint(-\d+)?\.npz$")               # the .npz files of earlier versions
 CODES = {numpy.dtype(name): code for code, name in checks.DTYPES.items()}
 
 
@@ -65,14 +60,12 @@ class Checkpoint:
     run: str | None = None
 
 
-# ============================================================================ writing
-
 def _flatten(obj, prefix: str, tensors: dict):
     """A JSON-able skeleton of ``obj``, its arrays in ``tensors`` as ``prefix/<n>``. NumPy scalars too: a float32
     must come back a float32 for exact resume. Tuples and dicts with non-str or "__" keys are tagged."""
     if isinstance(obj, (numpy.ndarray, numpy.generic)) or hasattr(obj, "__cuda_array_interface__"):
         key = f"{prefix}/{len(tensors)}"
-        tensors[key] = obj.get() if hasattr(obj, "__cuda_array_interface__") else numpy.asarray(obj)   # CuPy: host
+        tensors[key] = backend.to_numpy(obj)
         return {"__array__": key, "scalar": isinstance(obj, numpy.generic)}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
@@ -105,14 +98,11 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     if not hasattr(weights, "items"):
         raise TypeError(f"save_checkpoint: weights must be a dict of arrays (model.state_dict()), "
                         f"got {type(weights).__name__}")
-    for name, value in (("step", step), ("epoch", epoch), ("batch", batch)):
-        checks.count(value, name, "save_checkpoint")
-    tensors: dict = OrderedDict((f"param/{n}", v.get() if hasattr(v, "__cuda_array_interface__") else
-                                 numpy.asarray(v)) for n, v in weights.items())
+    tensors: dict = OrderedDict((f"param/{n}", backend.to_numpy(v)) for n, v in weights.items())
     if run is not None and not (isinstance(run, str) and 0 < len(run) <= 64):
         raise ValueError(f"save_checkpoint: run must be a short non-empty str (the run's id), got {run!r:.60}")
-    meta = {"format": FORMAT_NAME, "format_version": checks.FORMAT_VERSION, "step": int(step),
-            "epoch": int(epoch), "batch": int(batch), "param_names": list(weights.keys()),
+    count = {k: checks.count(v, k, "save_checkpoint") for k, v in zip(("step", "epoch", "batch"), (step, epoch, batch))}
+    meta = {"format": FORMAT_NAME, "format_version": checks.FORMAT_VERSION, **count, "param_names": list(weights),
             "optimizer": None if optimizer is None else _flatten(optimizer, "optim", tensors),
             "scheduler": None if scheduler is None else _flatten(scheduler, "sched", tensors),
             "rng": rng, "config": config, "tokenizers": dict(tokenizers or {}), "extra": dict(extra or {})}
@@ -199,15 +189,13 @@ def run_of(path) -> str | None:
         return None
 
 
-# ============================================================================ a run's folder: the last K, averaging
-
 def resolve_checkpoint(path) -> str:
     """A checkpoint file from a file or a run folder (-> folder/checkpoint.safetensors). Names the path if absent."""
     path = os.fspath(path)
     if os.path.isdir(path):
         candidate = os.path.join(path, LATEST)
         if not os.path.exists(candidate):
-            _refuse_old_format(path)
+            refuse_old_format(path)
             raise FileNotFoundError(f"no checkpoint in {path}: {candidate} does not exist")
         return candidate
     if not os.path.exists(path):
@@ -245,13 +233,13 @@ def latest_checkpoint(directory) -> str | None:
     the newest step file; None if the folder holds neither (ValueError if it holds .npz checkpoints instead)."""
     found = checkpoint_files(directory)
     if not found and os.path.isdir(directory):
-        _refuse_old_format(directory)
+        refuse_old_format(directory)
     return found[-1] if found else None
 
 
-def _refuse_old_format(directory) -> None:
+def refuse_old_format(directory) -> None:
     """A run folder of an earlier version holds checkpoint.npz files: name the command that converts them."""
-    if any(re.fullmatch(r"checkpoint(-\d+)?\.npz", name) for name in os.listdir(directory)):
+    if any(OLD_NAME.match(name) for name in os.listdir(directory)):
         raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
                          f"once with `minitransformer convert {directory}` (the old files are kept)")
 
@@ -276,7 +264,8 @@ class CheckpointManager:
     new; step files of other ids are never pruned nor averaged: each is named on stderr and left as it is."""
 
     def __init__(self, directory, keep: int = 5):
-        self.directory, self.keep, self.run = os.fspath(directory), positive_int("CheckpointManager", "keep", keep), None
+        self.directory, self.run = os.fspath(directory), None
+        self.keep = positive_int("CheckpointManager", "keep", keep)
         os.makedirs(self.directory, exist_ok=True)
         self.close = weakref.finalize(self, files.lock_folder(self.directory, "checkpoint folder"))
         files.remove_stale_temps(self.directory)
@@ -305,25 +294,22 @@ def average_checkpoints(paths) -> OrderedDict:
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints: paths must name at least one checkpoint, got none")
-    total, reference, run = None, None, None
-    for path in paths:
+    first = load_checkpoint(paths[0])
+    total = OrderedDict((k, v.astype(numpy.float64)) for k, v in first.weights.items())
+    for path in paths[1:]:
         loaded = load_checkpoint(path)
-        if total is None:
-            reference = {k: (v.shape, v.dtype) for k, v in loaded.weights.items()}
-            total, run = OrderedDict((k, v.astype(numpy.float64)) for k, v in loaded.weights.items()), loaded.run
-            continue
-        if loaded.run != run:
+        if loaded.run != first.run:
             raise ValueError(f"average_checkpoints: {path} was written by another run than {paths[0]} "
-                             f"(run {loaded.run}, not {run}): the weights of different runs cannot be averaged")
-        if list(loaded.weights) != list(reference):
+                             f"(run {loaded.run}, not {first.run}): the weights of different runs cannot be averaged")
+        if list(loaded.weights) != list(total):
             raise ValueError(f"average_checkpoints: {path} holds other parameters than {paths[0]} "
                              f"(different models cannot be averaged)")
         for k, v in loaded.weights.items():
-            if v.shape != reference[k][0]:
+            if v.shape != total[k].shape:
                 raise ValueError(f"average_checkpoints: parameter {k!r} has shape {v.shape} in {path} "
-                                 f"but {reference[k][0]} in {paths[0]}")
+                                 f"but {total[k].shape} in {paths[0]}")
             total[k] += v
-    return OrderedDict((k, (v / len(paths)).astype(reference[k][1])) for k, v in total.items())
+    return OrderedDict((k, (v / len(paths)).astype(first.weights[k].dtype)) for k, v in total.items())
 
 
 def last_checkpoints(directory, n: int, up_to_step: int | None = None) -> list:

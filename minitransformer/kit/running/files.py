@@ -37,8 +37,6 @@ def open_regular(path, what: str):
         fd = os.open(path, flags)         # O_NONBLOCK: opening a FIFO returns at once instead of waiting
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {path} does not exist") from None
-    except IsADirectoryError:
-        raise IsADirectoryError(f"{what} {path} is a folder, not a file") from None
     except PermissionError:
         raise PermissionError(f"{what} {path}: permission denied") from None
     except OSError as err:
@@ -69,16 +67,6 @@ def check_writable(path, what: str = "file") -> None:
                          f"anywhere); remove the link or choose another folder")
     if not stat.S_ISREG(mode):
         raise ValueError(f"{path} exists and is not a regular file: refusing to write the {what} there")
-
-
-def fsync_directory(directory: str) -> None:
-    if os.name == "nt":  # pragma: no cover - Windows cannot open a directory
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def create_temp(directory: str):
@@ -181,7 +169,12 @@ def atomic_write(path, write, what: str = "file") -> None:
     except BaseException:
         remove_quietly(tmp)
         raise
-    fsync_directory(directory)
+    if os.name != "nt":                 # make the rename durable (Windows can neither open a folder nor needs to)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_json(path, obj, what: str = "file") -> None:

@@ -22,7 +22,6 @@ from minitransformer.limits import MAX_ENTRIES, MAX_INFLATION, MAX_NDIM
 
 _DIGEST = b"minitransformer-sha256:"
 _TRAILER = 2 + len(_DIGEST) + 64          # the zip comment's length field, then the comment
-_OLD_NAME = re.compile(r"^checkpoint(-\d+)?\.npz$")
 _HEADER_READERS = {(1, 0): numpy.lib.format.read_array_header_1_0, (2, 0): numpy.lib.format.read_array_header_2_0}
 
 
@@ -78,7 +77,7 @@ def convert_npz(old, new=None, run: str | None = None) -> list:
         if new is not None:
             raise ValueError(f"convert_npz: {old} is a folder: its files are converted beside themselves, "
                              f"so no new name can be given")
-        names = sorted(n for n in os.listdir(old) if _OLD_NAME.match(n))
+        names = sorted(n for n in os.listdir(old) if ck.OLD_NAME.match(n))
         if not names:
             raise FileNotFoundError(f"no checkpoint.npz or checkpoint-<step>.npz in {old}")
         return [convert_npz(os.path.join(old, name), run=run)[0] for name in names]

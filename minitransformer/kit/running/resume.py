@@ -1,22 +1,17 @@
-"""Can a trainer continue exactly from this checkpoint? What ``Trainer.resume`` checks before it changes anything.
-
-A checkpoint may come from anyone, and a resume is all or nothing: every part of the file that the run will load
-(weights, optimiser, schedule, data position, counters, histories) is compared with what this trainer has, so a
-refused file leaves the trainer, its model and the random generators exactly as they were.
+"""Can a trainer continue exactly from this checkpoint? A resume is all or nothing: every part of the file the run
+will load is compared with what the trainer has, so a refused file leaves trainer, model and generators as they were.
 """
 
 from __future__ import annotations
 
 from minitransformer.config import TransformerConfig
-from minitransformer.kit.running.checkpoint import check_state
+from minitransformer.kit.running.checkpoint_checks import check_state
 from minitransformer.limits import MAX_COUNT
 
 
 def check_resumable(trainer, ck) -> dict:
-    """Refuse (ValueError naming the file and the field) a checkpoint ``trainer`` cannot continue exactly, before
-    anything changes: another model config; weights, optimiser, schedule or data position that do not fit this
-    run's (``checkpoint.check_state`` against their ``state_dict()``); a training state that is missing or
-    malformed. Returns the training state (``state()["extra"]["trainer"]``)."""
+    """Refuse (ValueError naming the file and the field) a checkpoint ``trainer`` cannot continue exactly: another
+    config, or a state ``check_state`` finds unfit for this run's ``state_dict()``s. -> the training state."""
     path, state = ck.path, ck.extra.get("trainer")
     saved, ours = full_config(ck.config), full_config(trainer.config)
     if saved is not None and ours is not None and saved != ours:
@@ -60,8 +55,7 @@ def check_resumable(trainer, ck) -> dict:
 
 
 def full_config(config):
-    """A model config dict with every field, defaults filled in: a checkpoint saved before a field existed
-    (d_k, positional) holds the model that field's default gives. Any other dict (or None) as it is."""
+    """A config dict with every field's default filled in (older checkpoints lack d_k, positional); else as it is."""
     try:
         return TransformerConfig.from_dict(config).to_dict()
     except (TypeError, ValueError):

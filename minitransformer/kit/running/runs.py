@@ -1,9 +1,9 @@
-"""A training run of a task as ``minitransformer train`` makes it, for the command line and for scripts alike:
-the model class of each tier, the BLAS threads chosen for a model, the Trainer built from a run's settings, the
-trained model's final score, and the run's figures (loss.png, attention.png)."""
+"""A run of a task as ``minitransformer train`` makes it, for the command line and scripts alike: each tier's
+classes, the BLAS threads, the Trainer of a run's settings, the final score and the figures."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 
@@ -24,8 +24,8 @@ from .train import Trainer
 
 
 def tier(reference: bool) -> tuple:
-    """(Transformer, CrossEntropyLoss, Adam) of the readable core with ``reference``, else of the fast tier (drop-in
-    subclasses: same config, parameter names, state_dict and arithmetic, faster). Imported on first use."""
+    """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else of the fast tier (drop-in
+    subclasses, imported on first use)."""
     if reference:
         return Transformer, CrossEntropyLoss, Adam
     from minitransformer import fast
@@ -40,10 +40,8 @@ ONE_BLAS_THREAD_BELOW = 256
 
 
 def choose_blas_threads(config, workers: int = 1) -> dict:
-    """Set the BLAS threads for this model, unless OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) chose: one with
-    several workers (they keep the cores busy already), else by the width. -> {"blas_threads": the count in
-    force (None where it cannot be known), "blas_threads_set_by": "minitransformer", "the BLAS default", the
-    variable, or "unknown (not OpenBLAS)"}"""
+    """Set the BLAS threads, unless OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) chose: one with several workers
+    (they keep the cores busy), else by the width. -> {"blas_threads": count or None, "blas_threads_set_by": who}"""
     count, why = use_blas_threads(1 if workers > 1 or config.d_model < ONE_BLAS_THREAD_BELOW else None)
     set_by = {"chosen": "minitransformer", "default": "the BLAS default", "unknown": "unknown (not OpenBLAS)"}
     return {"blas_threads": count, "blas_threads_set_by": set_by.get(why, why)}
@@ -62,19 +60,15 @@ def describe_blas_threads(choice: dict, config, workers: int = 1) -> str:
 
 
 def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
-    """The model of the chosen tier, the label-smoothed loss, and Adam (the paper's betas and eps) whose
-    learning rate the Noam schedule sets at every step, in a Trainer that saves into ``out``; with several
-    workers, each step's batch is split across them (``fast.DataParallel``)."""
+    """The tier's model, label-smoothed loss and Adam (the paper's betas and eps) under the Noam schedule, in a
+    Trainer saving into ``out``; several workers split each batch (``fast.DataParallel``)."""
     config = data.config
     Transformer, CrossEntropyLoss, Adam = tier(bool(settings.get("reference")))
     budget.check_model(config, owner="train")                   # the memory it needs, refused before it is built
     model = Transformer(config)
     loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
-    parallel = None
-    if workers > 1:
-        from minitransformer.fast import DataParallel
-
-        parallel = DataParallel(model, loss_fn, workers)
+    parallel = None if workers <= 1 else importlib.import_module("minitransformer.fast").DataParallel(
+        model, loss_fn, workers)
     optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
     return Trainer(
@@ -88,13 +82,10 @@ def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
         metric_name=data.metric_name, metric_format=data.format_metric, parallel=parallel)
 
 
-# ============================================================================ score and figures
-
 def final_score(settings: dict, data, model, out) -> tuple:
-    """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the trained model, or with the setting average
-    N > 1, of the mean of the weights of its last N step checkpoints in ``out`` (paper §6.1), loaded into the
-    model (the files stay as they are). -> (the scores for metrics.json, the attention plot's example: source
-    ids, their labels, and the function that labels target ids)"""
+    """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the model, or with average N > 1 of the mean of
+    its last N step checkpoints' weights (paper §6.1), loaded into it. -> (scores for metrics.json, the attention
+    plot's example: source ids, their labels, the function that labels target ids)"""
     n = settings.get("average", 1)
     averaged = ckpt.last_checkpoints(out, n) if n > 1 else []
     if n > 1 and len(averaged) < n:
@@ -132,16 +123,12 @@ def final_score(settings: dict, data, model, out) -> tuple:
 
 
 def save_figure(fig, path: str) -> None:
-    """Atomically (``files.atomic_write``): a run stopped mid-write leaves the previous plot whole."""
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"), "plot")
 
 
 def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: float = 1.0) -> None:
-    """The training loss of every step and the validation loss of every evaluation (log scale if all > 0), and
-    beside them the validation metric (times metric_scale: 100 shows a fraction as a percentage)."""
-    from minitransformer.kit.running import (
-        viz,  # matplotlib is slow to import: only to draw
-    )
+    """The training and validation losses (log scale if all > 0) and the validation metric (times metric_scale)."""
+    from minitransformer.kit.running import viz
 
     def finite(pairs):
         pairs = [(s, v) for s, v in pairs if math.isfinite(v)]
@@ -157,9 +144,8 @@ def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: flo
 
 
 def plot_attention(model, src_ids, src_labels, tgt_labels_fn, path: str, title: str) -> None:
-    """Cross-attention of every head in every decoder layer (the last only, past 4) for one source sentence and
-    the model's own output. Row t is the query of decoder position t, which produces token t: the rows are
-    labelled by what they produce (the output, then <eos>), as the notebooks label theirs."""
+    """Cross-attention of every head and decoder layer (the last only, past 4) for one sentence and the model's
+    output; row t is labelled by the token it produces (the output, then <eos>)."""
     from minitransformer.kit.running import viz
 
     c = model.config

@@ -1,11 +1,6 @@
-"""The settings of a training run: each task's tuned defaults, those with the options typed (``task_settings``,
-as ``minitransformer train`` and the studies resolve them), and the check the settings a checkpoint holds get.
-
-The table is in the units the command line takes (``target`` of copy/reverse in percent, as the run prints exact
-match); a run's settings hold exact match as the fraction the model is scored by. Every number's range is in
-``minitransformer.limits``. The measurements behind the defaults are in benchmarks/RESULTS.md, "Why the task
-defaults are what they are".
-"""
+"""A training run's settings: each task's tuned defaults (in the command line's units: copy/reverse ``target`` in
+percent), those with the options typed (``task_settings``), and the check of the settings a checkpoint holds. Ranges:
+``minitransformer.limits``; why the defaults: benchmarks/RESULTS.md, "Why the task defaults are what they are"."""
 
 from __future__ import annotations
 
@@ -56,8 +51,7 @@ MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads
 
 
 def task_settings(task: str, typed: dict | None = None) -> dict:
-    """The settings of a run of ``task``: its defaults, replaced by the options ``typed`` (name -> value, as the
-    command line's parser gives them: model options by option name, ``target`` in the unit the run prints)."""
+    """The settings of a run of ``task``: its defaults, replaced by the options ``typed`` (as the parser gives them)."""
     typed = dict(typed or {})
     d = TASK_DEFAULTS[task]
     s = {**_COMMON, **{k: v for k, v in d.items() if k != "model"}, "task": task, "model": dict(d["model"])}
@@ -96,8 +90,6 @@ def defaults_table() -> str:
     return "\n".join(lines)
 
 
-# ============================================================================ the settings a checkpoint holds
-
 _CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": ("sinusoidal", "learned")}
 _BOOLS = ("progress", "plots", "reference", "norm_first")
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
@@ -109,7 +101,7 @@ OPTIONAL_SAVED = {"reference": False, "workers": 1, "average": 1}
 
 
 def saved_setting_names(task: str) -> set:
-    """The settings a `train --task <task>` run saves: those of ``task_settings`` with nothing typed."""
+    """The settings a `train --task <task>` run saves."""
     return set(task_settings(task))
 
 
@@ -125,9 +117,8 @@ def _expected(name: str, value):
 
 
 def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
-    """The settings a checkpoint holds, checked against the ranges ``train`` accepts (``minitransformer.limits``):
-    ValueError naming ``where`` and the setting. complete: every setting a run of ``task`` saves must be there
-    (to resume it); else only those present are checked. Unknown names are dropped."""
+    """The settings a checkpoint holds, checked against the ranges ``train`` accepts (ValueError naming ``where``
+    and the setting); complete: all a run of ``task`` saves must be there (to resume). Unknown names are dropped."""
     if not isinstance(saved, dict):
         raise ValueError(f"{where}: settings must be an object, got {type(saved).__name__}")  # noqa: TRY004
     if complete:

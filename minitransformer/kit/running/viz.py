@@ -1,11 +1,7 @@
 """Figures for the notebooks and the command line: attention maps, masks, positional encoding, learning-rate
-schedules, loss curves, gradient-check errors and the sqrt(d_k) histograms.
-
-Each function returns a matplotlib ``Figure`` on an Agg canvas (no pyplot state, no GUI: ``fig.savefig`` works on a
-server; a notebook cell shows it inline). Inputs: NumPy arrays, lists, or arrays of the active backend. Attention
-weights use the fixed scale 0..1, so panels compare by colour; token labels read as words ("orange@@ farbenen", not
-BPE's "</w>"); log axes carry plain numbers (0.5, 2, 6). Shapes: Tq queries, Tk keys, H heads, T positions, D d_model.
-"""
+schedules, loss curves, gradient-check errors and the sqrt(d_k) histograms. Each returns a matplotlib ``Figure`` on
+an Agg canvas (no pyplot state, no GUI; a notebook shows it inline), from NumPy or backend arrays. Attention uses the
+fixed scale 0..1, so panels compare by colour; token labels read as words; log axes carry plain numbers."""
 
 from __future__ import annotations
 
@@ -41,22 +37,20 @@ class _NotebookFigure(Figure):
 
 
 def _figure(width: float, height: float, rows: int = 1, cols: int = 1, **subplots):
-    """A figure of width x height inches and its Axes (one, or a grid of rows x cols)."""
     fig = _NotebookFigure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)                       # attaches itself as fig.canvas: savefig and draw need no GUI
     return fig, fig.subplots(rows, cols, **subplots)
 
 
 def _host(x) -> numpy.ndarray:
-    """A float NumPy array of x, copying device arrays (and lists of them) to the host."""
     if isinstance(x, (list, tuple)):
         x = [backend.to_numpy(v) for v in x]
     return numpy.asarray(backend.to_numpy(x), dtype=numpy.float64)
 
 
 def _label_axis(ax, axis: str, labels, n: int, limit: int, name: str, fontsize: float = 9, upright=False) -> str:
-    """Token labels as words on one axis of an image (upright on x when long, many or asked), or position numbers
-    when there are none or more than ``limit``. Returns the axis title, which says when labels were left out."""
+    """Token labels on one axis (upright on x when long, many or asked), or position numbers when there are none
+    or more than ``limit`` -> the axis title, saying when labels were left out."""
     labels = None if labels is None else readable_tokens(labels)
     if labels is not None and n <= limit:
         upright = axis == "x" and (upright or n > 8 or max(len(label) for label in labels) > 5)
@@ -68,8 +62,7 @@ def _label_axis(ax, axis: str, labels, n: int, limit: int, name: str, fontsize: 
 
 
 class _PlainLogFormatter(LogFormatter):
-    """Log-axis tick labels as plain numbers ("0.5", "2", "6"), on the ticks matplotlib chooses."""
-
+    """Log-axis tick labels as plain numbers ("0.5", "2", "6")."""
     def _num_to_string(self, x, vmin, vmax):
         return f"{x:g}"
 
@@ -83,11 +76,8 @@ def _log_y(ax) -> None:
 def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None, *, colorbar: bool = True,
                       annotate: bool | None = None, x_name: str = KEY_NAME, y_name: str = QUERY_NAME) -> Figure:
     """One attention map, weights (Tq, Tk) such as ``mha.attn[b, h]``: row q holds what query q gives each key.
-
-    x_labels: Tk key tokens, y_labels: Tq query tokens (position numbers beyond 40); ax: draw there instead of in
-    a new figure; annotate: each weight in its cell (default: up to 10 tokens a side); x_name, y_name: the axis
-    titles, saying what a row is (e.g. "query: the token produced at this step"). Returns the Figure.
-    """
+    x_labels, y_labels: key and query tokens; ax: draw there; annotate: each weight in its cell (default: up to
+    10 tokens a side); x_name, y_name: the axis titles."""
     w = _host(weights)                                                    # (Tq, Tk)
     if w.ndim != 2:
         raise ValueError(f"attention_heatmap: weights must be 2-D (Tq, Tk), got shape {w.shape}; "
@@ -111,12 +101,8 @@ def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None
 
 def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: str = KEY_NAME,
                    y_name: str = QUERY_NAME) -> Figure:
-    """Attention maps of every head (and layer), one panel each, one colour bar; numbered from 0 as the arrays.
-
-    attn: (H, Tq, Tk), a panel per head, four to a row; or a list over layers of (H, Tq, Tk), a row per layer.
-    For a layer's ``.attn`` (B, H, Tq, Tk), pass one sentence: ``attn[b]``. Labels as for ``attention_heatmap``,
-    on the outer panels (position numbers beyond 24 tokens).
-    """
+    """A panel per head, one colour bar: attn (H, Tq, Tk), four to a row, or a list over layers of (H, Tq, Tk), a
+    row per layer (for a layer's ``.attn`` pass one sentence, ``attn[b]``). Labels on the outer panels."""
     single = not isinstance(attn, (list, tuple))
     maps = _host(attn)[None] if single else _host(attn)                  # (L, H, Tq, Tk)
     if maps.ndim != 4:
@@ -147,8 +133,7 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: st
 
 
 def _mask_image(mask, name: str, where: str) -> tuple[numpy.ndarray, str]:
-    """A mask as a 2-D image, and what its rows are: (Tq, Tk) with any leading axes of size 1, or a padding
-    mask (B, 1, 1, Tk) drawn with one row per sentence (it holds for every query)."""
+    """(image, row name) of a mask (Tq, Tk) with leading axes of size 1, or padding (B, 1, 1, Tk): a row per sentence."""
     m = _host(mask)
     if m.ndim == 4 and m.shape[1:3] == (1, 1):
         image, rows = m[:, 0, 0], "sentence in batch"                     # (B, Tk): the same for every query
@@ -164,7 +149,6 @@ def _mask_image(mask, name: str, where: str) -> tuple[numpy.ndarray, str]:
 
 
 def _draw_masks(fig, axes, masks: list, x_labels=None, y_labels=None) -> None:
-    """Each (title, image, row name) into its Axes: bright = True = may attend, dark = masked; one colour bar."""
     for ax, (title, m, row_name) in zip(axes, masks):
         rows, cols = m.shape
         im = ax.imshow(m, cmap=ListedColormap([_VIRIDIS(0.0), _VIRIDIS(0.95)]), vmin=0, vmax=1)
@@ -181,8 +165,7 @@ def _draw_masks(fig, axes, masks: list, x_labels=None, y_labels=None) -> None:
 
 
 def mask_image(mask, title=None, x_labels=None, y_labels=None) -> Figure:
-    """A boolean attention mask as an image, bright = True = may attend: (Tq, Tk) or (1, 1, Tq, Tk) as from
-    ``subsequent_mask`` (rows are queries), or (B, 1, 1, Tk) as from ``padding_mask`` (a row per sentence)."""
+    """A boolean mask as an image, bright = True = may attend: (Tq, Tk), (1, 1, Tq, Tk) or (B, 1, 1, Tk)."""
     m, row_name = _mask_image(mask, "mask", "mask_image")                # (rows, cols)
     fig, ax = _figure(min(10.0, 2.6 + 0.34 * m.shape[1]), min(9.0, 1.4 + 0.34 * m.shape[0]))
     _draw_masks(fig, [ax], [(title if title is not None else "Attention mask", m, row_name)],
@@ -210,7 +193,7 @@ def _pe_table(pe, where: str) -> numpy.ndarray:
 
 
 def positional_encoding_heatmap(pe, title=None) -> Figure:
-    """The positional-encoding table pe (T, D) (or (1, T, D)) as an image: a row per position, scale -1..1."""
+    """The positional-encoding table pe (T, D) (or (1, T, D)) as an image, a row per position."""
     table = _pe_table(pe, "positional_encoding_heatmap")                 # (T, D)
     T, D = table.shape
     fig, ax = _figure(8.0, 4.5)
@@ -225,8 +208,8 @@ def positional_encoding_heatmap(pe, title=None) -> Figure:
 
 
 def positional_encoding_curves(pe, dims=(4, 5, 6, 7), title=None, *, sinusoidal: bool = True) -> Figure:
-    """Columns ``dims`` (each in 0..D-1) of the positional-encoding table pe (T, D) as curves over the positions;
-    sinusoidal: name each sin (even dimension) or cos (odd), the paper's layout (False for a learned table)."""
+    """Columns ``dims`` of the positional-encoding table pe (T, D) as curves over the positions; sinusoidal: label
+    each sin (even) or cos (odd), the paper's layout."""
     table = _pe_table(pe, "positional_encoding_curves")                  # (T, D)
     dims = [dims] if isinstance(dims, (int, numpy.integer)) else list(dims)
     if not dims or any(isinstance(d, bool) or not isinstance(d, (int, numpy.integer)) or not 0 <= d < table.shape[1]
@@ -246,8 +229,7 @@ def positional_encoding_curves(pe, dims=(4, 5, 6, 7), title=None, *, sinusoidal:
 
 
 def _series(x, name: str, where: str) -> tuple[numpy.ndarray, numpy.ndarray]:
-    """(steps, values) from a list of values (steps 1..n), a dict {step: value} (JSON's string steps too) or a
-    pair (steps, values)."""
+    """(steps, values) of a list (steps 1..n), a dict step -> value (JSON's string steps too) or a pair."""
     if isinstance(x, Mapping):
         x = tuple(zip(*sorted((float(step), value) for step, value in x.items())))
     if isinstance(x, (list, tuple)) and len(x) == 2 and all(numpy.ndim(backend.to_numpy(p)) == 1 for p in x):
@@ -263,8 +245,8 @@ def _series(x, name: str, where: str) -> tuple[numpy.ndarray, numpy.ndarray]:
 
 
 def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
-    """The learning rate at every step, the peak (the end of warmup) marked. lrs: a list for steps 1..n (as
-    NoamSchedule counts), a pair (steps, lrs) or a dict step -> lr; logy: a logarithmic axis."""
+    """The learning rate at every step, the peak (end of warmup) marked. lrs: a list for steps 1..n, a pair
+    (steps, lrs) or a dict step -> lr."""
     steps, values = _series(lrs, "lrs", "lr_schedule")                   # (n,), (n,)
     fig, ax = _figure(7.0, 3.8)
     ax.plot(steps, values, color=_VIRIDIS(0.3), linewidth=2)
@@ -281,12 +263,8 @@ def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
 
 def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = False, metric=None,
                 metric_name: str = "validation metric") -> Figure:
-    """The training loss per step (a running mean over the raw curve from 100 points on), the valid loss at its
-    evaluation points, and beside them, on the same steps, a valid score (metric, titled metric_name) such as BLEU.
-
-    train, valid, metric: a list (steps 1..n, or epochs with xlabel="epoch"), a dict step -> value or a pair
-    (steps, values). logy: a logarithmic loss axis.
-    """
+    """The training loss (with a running mean from 100 points on), the valid loss, and beside them a valid score
+    (metric, e.g. BLEU). Each: a list (steps 1..n), a dict step -> value or a pair (steps, values)."""
     steps, values = _series(train, "train", "loss_curves")               # (n,), (n,)
     fig, axes = _figure(7.0 if metric is None else 11.0, 3.8, 1, 1 if metric is None else 2, squeeze=False, sharex=True)
     ax = axes[0, 0]
@@ -319,8 +297,8 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
 
 
 def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
-    """Relative gradient errors per tensor, report_rows (name, error) pairs or a dict, on a log axis: the largest
-    error that passes, bound, drawn, red bars fail, an error of exactly 0 at the left edge."""
+    """Relative gradient errors per tensor ((name, error) pairs or a dict) on a log axis, bound drawn, red bars
+    failing."""
     bound = positive_number("bar_errors", "bound", bound)
     names, errors = zip(*(report_rows.items() if isinstance(report_rows, Mapping) else report_rows))
     errors = _host([float(backend.to_numpy(e)) for e in errors])         # (n,)
@@ -350,7 +328,7 @@ def _histogram_into(ax, values, bins, show_mean: bool = True) -> numpy.ndarray:
 
 
 def histogram(values, bins=50, title=None, xlabel=None) -> Figure:
-    """A histogram of any array (flattened), its mean and variance written in the corner; bins: a count or edges."""
+    """A histogram of any array (flattened), its mean and variance in the corner."""
     fig, ax = _figure(6.0, 3.6)
     v = _histogram_into(ax, values, bins)
     ax.set(xlabel=xlabel if xlabel is not None else "value", ylabel="count",
@@ -359,9 +337,8 @@ def histogram(values, bins=50, title=None, xlabel=None) -> Figure:
 
 
 def score_variance_figure(d_k_values=(4, 16, 64, 256), rng=None, n_samples: int = 5000) -> Figure:
-    """Why the paper divides by sqrt(d_k): histograms of q.k, q and k of independent N(0, 1) components, so
-    var(q.k) = d_k: the top row spreads as d_k grows (softmax saturates), the bottom row, q.k / sqrt(d_k), keeps
-    variance 1. rng: a NumPy Generator or an int seed (default 0, never the package's); n_samples pairs per d_k."""
+    """Why the paper divides by sqrt(d_k): for q, k of independent N(0, 1) components var(q.k) = d_k, so the top
+    row spreads as d_k grows; q.k / sqrt(d_k) (bottom) keeps variance 1. rng: a Generator or seed (default 0)."""
     d_ks = [d_k_values] if isinstance(d_k_values, (int, numpy.integer)) else list(d_k_values)
     if not d_ks or any(isinstance(d, bool) or not isinstance(d, (int, numpy.integer)) or d < 1 for d in d_ks):
         raise ValueError(f"score_variance_figure: d_k_values must be positive integers, got {d_k_values!r}")
