@@ -71,14 +71,9 @@ def check_writable(path, what: str = "file") -> None:
 
 def create_temp(directory: str):
     """(fd, path) of a new temp file in ``directory``: mode 0o666 minus the umask (``mkstemp``'s 0o600 would stay
-    with the renamed file); O_EXCL: never an existing file, nor through a planted link."""
-    for _ in range(100):
-        tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{TEMP_SUFFIX}")
-        try:
-            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"could not create a temporary file in {directory}")
+    with the renamed file); O_EXCL: never an existing file, nor through a planted link (the name is random)."""
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{TEMP_SUFFIX}")
+    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
 
 
 def remove_quietly(path: str) -> None:
@@ -113,8 +108,8 @@ _LOCKS_GUARD = threading.Lock()
 
 
 def lock_folder(directory, what: str = "run folder"):
-    """Take ``directory``'s exclusive lock -> a function that releases it; ValueError naming the folder if another
-    process holds it. Shared within one process (a second ``Trainer`` resuming a run it just stopped is the same
+    """Take ``directory``'s exclusive lock -> a function that releases it (call it once: ``weakref.finalize`` it);
+    ValueError naming the folder if another process holds it. Shared within one process (a second ``Trainer`` resuming a run it just stopped is the same
     owner). Without ``flock`` (Windows) nothing is locked."""
     try:
         import fcntl
@@ -138,13 +133,9 @@ def lock_folder(directory, what: str = "run folder"):
                 print(f"{what} {directory} cannot be locked ({err.strerror or err}): nothing keeps a second run "
                       f"out of it", file=sys.stderr)
             _LOCKS[key] = [fd, 1]
-    released = []
 
     def release() -> None:
         with _LOCKS_GUARD:
-            if released or key not in _LOCKS:
-                return
-            released.append(True)
             _LOCKS[key][1] -= 1
             if _LOCKS[key][1] == 0:
                 os.close(_LOCKS.pop(key)[0])          # closing the descriptor releases the flock

@@ -294,11 +294,10 @@ class Trainer:
     def resume(self, path) -> None:
         """Restore the whole run from a checkpoint (a file, or a run folder's latest) to continue exactly; a refused
         file (ValueError naming the file and the field) changes nothing."""
-        if os.path.isdir(path):
-            folder, path = path, checkpoint.latest_checkpoint(path)
-            if path is None:
-                raise FileNotFoundError(f"Trainer.resume: no checkpoint in {folder}")
-        ck = checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(path))
+        found = checkpoint.latest_checkpoint(path) if os.path.isdir(path) else path
+        if found is None:
+            raise FileNotFoundError(f"Trainer.resume: no checkpoint in {path}")
+        ck = checkpoint.load_checkpoint(found)
         state = check_resumable(self, ck)
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
@@ -311,13 +310,11 @@ class Trainer:
             self.scheduler.load_state_dict(ck.scheduler)
         self.train_data.load_state_dict(state["data"])
         self.step = self.last_saved_step = ck.step
-        self.history = [tuple(h) for h in state["history"]]
-        self.valid_history = [tuple(v) for v in state["valid_history"]]
+        self.history, self.valid_history = ([tuple(r) for r in state[k]] for k in ("history", "valid_history"))
         self.train_seconds, self.train_cpu_seconds = float(state["train_seconds"]), float(state["train_cpu_seconds"])
         self.tokens_seen, self.skipped = int(state["tokens_seen"]), int(state["skipped"])
-        if self.checkpoints is not None and os.path.realpath(os.path.dirname(os.path.abspath(ck.path))) == \
-                os.path.realpath(self.checkpoints.directory):
-            self._checkpoint_dir_is_ours = True
+        if self.checkpoints is not None and os.path.samefile(os.path.dirname(ck.path) or ".", self.checkpoints.directory):
+            self._checkpoint_dir_is_ours = True                       # resumed from checkpoint_dir: its files are ours
         self.model.train()
 
 
