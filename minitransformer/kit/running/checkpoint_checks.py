@@ -9,6 +9,7 @@ and the field."""
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 import numpy
@@ -241,9 +242,8 @@ def check_state(path, what: str, state, template) -> None:
     elif isinstance(template, (int, numpy.integer)):
         count(state, what, f"checkpoint {path}")
     elif isinstance(template, (float, numpy.floating)):
-        if isinstance(state, (bool, numpy.bool_)) or not isinstance(state, (int, float, numpy.integer,
-                                                                            numpy.floating)) or \
-                not 0 <= float(min(abs(state), 2 ** 1000)) <= _FLOAT32_MAX:
+        real = isinstance(state, numbers.Real) and not isinstance(state, bool)      # numpy's bool is no Real
+        if not (real and 0 <= float(min(state, 2 ** 1000)) <= _FLOAT32_MAX):        # min: a huge int stays finite
             raise ValueError(f"{where} must be a finite number >= 0 (at most {_FLOAT32_MAX:.4g}: finite in float32), "
                              f"got {state!r:.60}")
     elif template is None and state is not None:

@@ -129,15 +129,13 @@ def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
     known = set(limits.INT_SETTINGS) | set(limits.FLOAT_SETTINGS) | set(_CHOICES) | set(_BOOLS) | {"data_dir"}
     checked = {name: value for name, value in saved.items() if name in known or name == "model"}
     for name, value in checked.items():
-        if name == "model":
-            if not isinstance(value, dict) or not set(value) <= set(MODEL_FIELDS):
-                raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, "
-                                 f"got {value!r:.80}")
-            bad = [(f"model.{k}", v, _expected(k, v)) for k, v in value.items() if _expected(k, v)]
-        else:
-            bad = [] if value is None and name in CAN_BE_NONE else [(name, value, _expected(name, value))]
-        for field, got, expected in bad:
-            if expected:
+        if name == "model" and (not isinstance(value, dict) or not set(value) <= set(MODEL_FIELDS)):
+            raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, "
+                             f"got {value!r:.80}")
+        pairs = [(f"model.{k}", k, v) for k, v in value.items()] if name == "model" else \
+            [] if value is None and name in CAN_BE_NONE else [(name, name, value)]
+        for field, key, got in pairs:
+            if expected := _expected(key, got):
                 raise ValueError(f"{where}: settings.{field} must be {expected}, got {got!r:.60}")
     if complete and all(checked.get(k) is None for k in ("steps", "epochs", "max_minutes")):
         raise ValueError(f"{where}: settings give no end to the run (steps, epochs and max_minutes are all null)")
