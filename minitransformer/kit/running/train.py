@@ -31,20 +31,14 @@ ON_NONFINITE = ("stop", "skip")
 class Trainer:
     """Train a model on batches, with evaluation, early stopping, checkpoints and exact resume.
 
-    model, loss_fn, optimizer: a Module, a CrossEntropyLoss, an optimiser (step, zero_grad, lr, state_dict).
-    train_data: a resumable batch source (``BucketBatcher``) or a list of batches (src (B,S), tgt_in (B,T),
-    tgt_out (B,T)); valid_data: batches for the valid loss. scheduler: stepped before every update. clip_norm:
-    clip the gradients' joint L2 norm. max_steps, max_epochs, max_seconds (this ``fit``'s wall clock): stop at
-    the first reached. eval_every, metric_fn, target: evaluate every so many steps and at the end (valid loss and
-    metric_fn(model), e.g. BLEU), stop once the metric reaches target; metric_name, metric_format: how lines
-    write it. checkpoint_dir, save_every, keep: save every save_every steps and at the end, keeping the newest
-    ``keep`` step files (a folder of another run is refused unless ``resume``d from). on_nonfinite: "stop"
-    raises NonFiniteError at a NaN/inf loss or gradient, "skip" drops the step (up to max_skips in a row).
-    progress: a tqdm bar. parallel: a ``fast.DataParallel`` over model and loss_fn. config, tokenizers, extra:
-    JSON-able data saved in every checkpoint.
-
-    After ``fit``: ``stop_reason``, ``stop_description()``; ``history`` (step, loss, lr, tokens/s) rows, thinned on
-    long runs; ``valid_history`` (step, valid_loss, metric) rows, NaN where not computed.
+    train_data: a resumable source (``BucketBatcher``) or a list of batches (src (B,S), tgt_in (B,T), tgt_out
+    (B,T)). Stops at the first of max_steps, max_epochs, max_seconds (this ``fit``'s wall clock) reached, or once
+    metric_fn(model) reaches target at an evaluation (every eval_every steps and at the end). Saves every
+    save_every steps and at the end into checkpoint_dir, keeping ``keep`` step files (another run's folder is
+    refused unless resumed from). on_nonfinite: "stop" raises NonFiniteError at a NaN/inf loss or gradient,
+    "skip" drops the step (up to max_skips in a row). parallel: a ``fast.DataParallel`` over model and loss_fn.
+    After ``fit``: ``stop_reason``, ``history`` (step, loss, lr, tokens/s) and ``valid_history`` (step,
+    valid_loss, metric) rows, thinned on long runs.
     """
 
     def __init__(self, model, loss_fn, optimizer, train_data, *, scheduler=None, valid_data=None,

@@ -168,8 +168,7 @@ def mask_image(mask, title=None, x_labels=None, y_labels=None) -> Figure:
     """A boolean mask as an image, bright = True = may attend: (Tq, Tk), (1, 1, Tq, Tk) or (B, 1, 1, Tk)."""
     m, row_name = _mask_image(mask, "mask", "mask_image")                # (rows, cols)
     fig, ax = _figure(min(10.0, 2.6 + 0.34 * m.shape[1]), min(9.0, 1.4 + 0.34 * m.shape[0]))
-    _draw_masks(fig, [ax], [(title if title is not None else "Attention mask", m, row_name)],
-                x_labels, y_labels)
+    _draw_masks(fig, [ax], [(title if title is not None else "Attention mask", m, row_name)], x_labels, y_labels)
     return fig
 
 
