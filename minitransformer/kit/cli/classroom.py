@@ -61,10 +61,7 @@ def cmd_classroom(args) -> int:
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
         return 0
-    try:
-        results = grade(args.dir, seed=args.seed, timeout=args.timeout, workers=args.workers)
-    except FileNotFoundError as err:
-        raise CLIError(str(err)) from None
+    results = grade(args.dir, seed=args.seed, timeout=args.timeout, workers=args.workers)
     print(results.pop("scorecard"))
     print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
     for test in results["tests"]:
