@@ -1,16 +1,11 @@
 """Grading an assignment: the student's methods, one exercise at a time, against the reference and the catalogue.
 
-For an exercise, the grader reads the student's file, takes the methods the exercise names and puts them on a
-subclass of the reference class; every other piece of the model stays the reference, so one mistake costs one
-exercise. On each of the exercise's cases (cases.py) it runs, in float64:
-  - the forward, against the reference's output (odd sizes, padding, masks);
-  - the backward with .grad pre-filled at random (so "=" for "+=" shows) and a random dout, against the
-    reference backward, every input and parameter gradient; and the gradient check (central differences);
-  - when the backward fails, every mutant of the mistake catalogue for that exercise on the same inputs: a student
-    whose gradients (or error) equal a mutant's is told which mistake it is.
-Each exercise runs in a process of its own with a time limit: an infinite loop, an exception, a NaN, a wrong shape,
-an input changed in place or a printout costs that exercise, never the grader. Part 3 ends with the copy task,
-trained with the student's whole package (train_copy.py).
+The methods an exercise names go on a subclass of the reference class; the rest of the model stays the reference,
+so one mistake costs one exercise. On each case (cases.py), in float64: the forward against the reference's
+output; the backward, with .grad pre-filled (so "=" for "+=" shows) and a random dout, against the reference's
+every gradient and against central differences; on a failure, every catalogue mutant of the exercise on the same
+inputs, to name the mistake. Each exercise runs in a process of its own with a time limit, so a loop, an exception,
+a NaN or a printout costs that exercise, never the grader. Part 3 ends with the copy task (train_copy.py).
 """
 
 from __future__ import annotations
