@@ -31,28 +31,24 @@ _thread = threading.local()         # .device_rng: this thread's own dropout gen
 
 
 def _import_cupy():
-    """CuPy, once it is known to reach a GPU. CuPy imports without one (no driver, or too old a driver for
-    its CUDA build), and would then fail at the first array with an error from deep inside CUDA."""
+    """CuPy, once it is known to reach a GPU: it imports without one (no driver, or one too old for its CUDA
+    build), and would then fail at the first array from deep inside CUDA."""
     try:
         import cupy  # imported only on request
     except ImportError as err:
-        raise ImportError(
-            "set_backend('cupy') needs CuPy, which is not installed. Install the build that matches your NVIDIA "
-            "driver: pip install 'minitransformer[gpu]' (that is cupy-cuda13x, for CUDA 13 drivers), or "
-            "pip install cupy-cuda12x for older (CUDA 12) drivers."
-        ) from err
+        raise ImportError("set_backend('cupy') needs CuPy, which is not installed. Install the build that matches "
+                          "your NVIDIA driver: pip install 'minitransformer[gpu]' (cupy-cuda13x, for CUDA 13 "
+                          "drivers), or pip install cupy-cuda12x for CUDA 12 drivers.") from err
+    stay = "Stay on set_backend('numpy') on this machine."
     try:
         devices = cupy.cuda.runtime.getDeviceCount()
     except cupy.cuda.runtime.CUDARuntimeError as err:
-        raise RuntimeError(
-            f"set_backend('cupy'): CuPy {cupy.__version__} is installed but cannot use a GPU: {err}. It needs an "
-            "NVIDIA GPU and a driver recent enough for the CUDA version of its build (cupy-cuda13x: CUDA 13; "
-            "with a CUDA 12 driver, install cupy-cuda12x instead). "
-            "Stay on set_backend('numpy') on this machine."
-        ) from err
+        raise RuntimeError(f"set_backend('cupy'): CuPy {cupy.__version__} is installed but cannot use a GPU: {err}. "
+                           "It needs an NVIDIA GPU and a driver recent enough for its build's CUDA (cupy-cuda13x: "
+                           f"CUDA 13; with a CUDA 12 driver, install cupy-cuda12x). {stay}") from err
     if devices < 1:
         raise RuntimeError(f"set_backend('cupy'): CuPy {cupy.__version__} is installed but sees no GPU "
-                           "(getDeviceCount() is 0). Stay on set_backend('numpy') on this machine.")
+                           f"(getDeviceCount() is 0). {stay}")
     return cupy
 
 
