@@ -186,14 +186,9 @@ def is_array(x) -> bool:
 
 
 def scatter_add(target, indices, values) -> None:
-    """target[indices] += values, adding every repeat of an index (``target[idx] += v`` keeps only one)."""
-    xp = _state.xp
-    if hasattr(xp.add, "at"):
-        xp.add.at(target, indices, values)
-    else:                                                   # CuPy before v12: its ufuncs have no .at
-        import cupyx
-
-        cupyx.scatter_add(target, indices, values)
+    """target[indices] += values, adding every repeat of an index (``target[idx] += v`` keeps only one).
+    ``add.at`` in NumPy and in every CuPy the gpu extra installs (12 and later)."""
+    _state.xp.add.at(target, indices, values)
 
 
 if os.environ.get("MINITRANSFORMER_BACKEND"):
