@@ -1,22 +1,12 @@
-"""The array backend: which namespace does the arithmetic (NumPy or CuPy), which dtype new
-parameters get, and the random generators that make a run reproducible.
+"""The array backend: the namespace that does the arithmetic (NumPy or CuPy), the dtype of new parameters, and
+the random generators that make a run repeat.
 
-Layers never ``import cupy as np``. They ask for the active namespace when they run::
-
-    xp = backend.xp()          # numpy, or cupy after set_backend("cupy")
-    out = xp.exp(x)
-
-so that ``mt.set_backend("cupy")`` works after import and tests can run both backends.
-
-Two generators, both seeded by ``manual_seed``:
-- ``host_rng()``   a NumPy Generator on the CPU. Parameter initialisation and data shuffling use it,
-                   so the same seed gives the same weights on NumPy and on CuPy.
-- ``device_rng()`` a Generator of the active backend. Dropout masks are drawn with it, on the device
-                   where the activations live (no host-to-device copy per step). A thread inside
-                   ``thread_device_rng(gen)`` draws from gen instead: threads that run parts of one step
-                   at once (``fast.DataParallel``) each draw from their own, so the masks do not depend
-                   on which thread happens to draw first.
-
+Layers never ``import cupy as np``: they call ``xp = backend.xp()`` when they run, so that ``set_backend("cupy")``
+works after import and tests run both backends. Two generators, both seeded by ``manual_seed``:
+- ``host_rng()``   NumPy, on the CPU: initialisation and data order, so a seed gives the same weights everywhere.
+- ``device_rng()`` the active backend's: dropout masks, drawn where the activations live. Inside
+                   ``thread_device_rng(gen)`` a thread draws from gen, so that the threads of one step
+                   (``fast.DataParallel``) draw the same masks whichever runs first.
 """
 
 from __future__ import annotations
@@ -33,59 +23,39 @@ _BACKENDS = ("numpy", "cupy")
 _DTYPES = ("float32", "float64")
 
 
-class _State:
-    """Everything the backend switch holds, in one place."""
-
-    def __init__(self):
-        self.name = "numpy"
-        self.xp = numpy
-        self.dtype = numpy.dtype("float32")
-        self.seed = None
-        self.host_rng = numpy.random.default_rng()
-        self.device_rng = self.host_rng
-        self.device_types = ()      # the array types of every device backend chosen so far (cupy.ndarray, ...)
-
-
-_state = _State()
+_state = types.SimpleNamespace(     # everything the backend switch holds
+    name="numpy", xp=numpy, dtype=numpy.dtype("float32"), seed=None, host_rng=numpy.random.default_rng(),
+    device_rng=None, device_types=())  # device_types: every device backend's array type chosen so far
+_state.device_rng = _state.host_rng
 _thread = threading.local()         # .device_rng: this thread's own dropout generator (thread_device_rng)
 
 
-# ----------------------------------------------------------------------------- namespace
-
 def _import_cupy():
-    """CuPy, once it is known to reach a GPU. CuPy imports without one (no driver, or too old a driver for
-    its CUDA build), and would then fail at the first array with an error from deep inside CUDA."""
+    """CuPy, once it is known to reach a GPU: it imports without one (no driver, or one too old for its CUDA
+    build), and would then fail at the first array from deep inside CUDA."""
     try:
         import cupy  # imported only on request
     except ImportError as err:
-        raise ImportError(
-            "set_backend('cupy') needs CuPy, which is not installed. Install the build that matches your NVIDIA "
-            "driver: pip install 'minitransformer[gpu]' (that is cupy-cuda13x, for CUDA 13 drivers), or "
-            "pip install cupy-cuda12x for older (CUDA 12) drivers."
-        ) from err
+        raise ImportError("set_backend('cupy') needs CuPy, which is not installed. Install the build that matches "
+                          "your NVIDIA driver: pip install 'minitransformer[gpu]' (cupy-cuda13x, for CUDA 13 "
+                          "drivers), or pip install cupy-cuda12x for CUDA 12 drivers.") from err
+    stay = "Stay on set_backend('numpy') on this machine."
     try:
         devices = cupy.cuda.runtime.getDeviceCount()
     except cupy.cuda.runtime.CUDARuntimeError as err:
-        raise RuntimeError(
-            f"set_backend('cupy'): CuPy {cupy.__version__} is installed but cannot use a GPU: {err}. It needs an "
-            "NVIDIA GPU and a driver recent enough for the CUDA version of its build (cupy-cuda13x: CUDA 13; "
-            "with a CUDA 12 driver, install cupy-cuda12x instead). "
-            "Stay on set_backend('numpy') on this machine."
-        ) from err
+        raise RuntimeError(f"set_backend('cupy'): CuPy {cupy.__version__} is installed but cannot use a GPU: {err}. "
+                           "It needs an NVIDIA GPU and a driver recent enough for its build's CUDA (cupy-cuda13x: "
+                           f"CUDA 13; with a CUDA 12 driver, install cupy-cuda12x). {stay}") from err
     if devices < 1:
         raise RuntimeError(f"set_backend('cupy'): CuPy {cupy.__version__} is installed but sees no GPU "
-                           "(getDeviceCount() is 0). Stay on set_backend('numpy') on this machine.")
+                           f"(getDeviceCount() is 0). {stay}")
     return cupy
 
 
 def set_backend(name: str | types.ModuleType) -> None:
-    """Choose the array namespace: "numpy" (default) or "cupy".
-
-    A module object that mimics NumPy's API may also be passed (the test suite uses one that behaves
-    like CuPy at the device boundary, tests/fakecupy.py): its ``__backend_name__`` (else ``__name__``)
-    becomes the backend's name, and its ``random.default_rng(seed)`` makes the dropout generator.
-    Parameters created before the switch stay where they were: build the model after choosing the backend.
-    """
+    """Choose the array namespace: "numpy" (default), "cupy", or a module that mimics NumPy's API (tests use
+    one that acts as CuPy does at the device boundary), named by its ``__backend_name__`` or ``__name__``.
+    Parameters made before the switch stay where they were: build the model after choosing."""
     if isinstance(name, types.ModuleType):
         _state.name, _state.xp = getattr(name, "__backend_name__", name.__name__), name
     elif name == "numpy":
@@ -109,8 +79,6 @@ def xp() -> types.ModuleType:
     return _state.xp
 
 
-# ----------------------------------------------------------------------------- dtype
-
 def set_default_dtype(dtype) -> None:
     """dtype of newly created parameters and buffers: "float32" (default) or "float64" (for gradient checks)."""
     dt = numpy.dtype(dtype) if str(dtype) in _DTYPES or dtype in (numpy.float32, numpy.float64) else None
@@ -123,12 +91,9 @@ def get_default_dtype() -> numpy.dtype:
     return _state.dtype
 
 
-# ----------------------------------------------------------------------------- randomness
-
 def _new_device_rng(seed):
     if _state.xp is numpy:
-        # On the CPU backend, host_rng and device_rng are two independent streams (seed and [seed, 1]),
-        # so that dropout draws do not shift the data order.
+        # two independent streams (seed and [seed, 1]): dropout draws do not shift the data order
         return numpy.random.default_rng(None if seed is None else [seed, 1])
     return _state.xp.random.default_rng(None if seed is None else seed + 1)
 
@@ -180,12 +145,9 @@ def set_rng_state(state: dict) -> None:
                          f"got {got}")
     seed = state.get("seed")
     host_rng = _generator_from_state(state["host"], "host")
-    if _state.xp is numpy and "device" in state:
-        device_rng = _generator_from_state(state["device"], "device")
-    else:
-        # CuPy's generator state cannot be read back: re-derive it from the seed (reproducible,
-        # but not bit-exact mid-run).
-        device_rng = _new_device_rng(seed)
+    # a GPU generator's state cannot be read back: reseeded (reproducible, not bit-exact mid-run)
+    numpy_device = _state.xp is numpy and "device" in state
+    device_rng = _generator_from_state(state["device"], "device") if numpy_device else _new_device_rng(seed)
     _state.seed, _state.host_rng, _state.device_rng = seed, host_rng, device_rng   # all three, or none
 
 
@@ -199,8 +161,6 @@ def _generator_from_state(bit_generator_state, key: str) -> numpy.random.Generat
     return rng
 
 
-# ----------------------------------------------------------------------------- moving arrays
-
 def asarray(x, dtype=None):
     """Array in the active backend (copied to the device if needed)."""
     return _state.xp.asarray(x, dtype=dtype)
@@ -210,11 +170,8 @@ def to_numpy(x) -> numpy.ndarray:
     """The way back to the host: a NumPy array for any backend array (or scalar, list, ...)."""
     if isinstance(x, numpy.ndarray):
         return x
-    # A device array copies itself to the host with .get(). Recognised by its type, not by having a .get
-    # method: a dict or a pandas Series has one too, with another meaning.
-    if isinstance(x, _device_array_types()):
-        return x.get()
-    return numpy.asarray(x)
+    # a device array, known by its type (a dict or a pandas Series has a .get too), copies itself with .get()
+    return x.get() if isinstance(x, _device_array_types()) else numpy.asarray(x)
 
 
 def _device_array_types() -> tuple:
@@ -229,26 +186,10 @@ def is_array(x) -> bool:
 
 
 def scatter_add(target, indices, values) -> None:
-    """target[indices] += values, adding every repeat of an index (``target[idx] += v`` would keep only one).
-
-    ``add.at`` in NumPy and in CuPy 12 and later; CuPy's own older spelling, ``cupyx.scatter_add``, runs the
-    same kernel and is what CuPy before v12 has.
-    """
-    xp = _state.xp
-    if hasattr(xp.add, "at"):
-        xp.add.at(target, indices, values)
-    else:                                                   # CuPy before v12: its ufuncs have no .at
-        import cupyx
-
-        cupyx.scatter_add(target, indices, values)
+    """target[indices] += values, adding every repeat of an index (``target[idx] += v`` keeps only one).
+    ``add.at`` in NumPy and in every CuPy the gpu extra installs (12 and later)."""
+    _state.xp.add.at(target, indices, values)
 
 
-# ----------------------------------------------------------------------------- environment
-
-def _init_from_env():
-    name = os.environ.get("MINITRANSFORMER_BACKEND")
-    if name:
-        set_backend(name.strip().lower())
-
-
-_init_from_env()
+if os.environ.get("MINITRANSFORMER_BACKEND"):
+    set_backend(os.environ["MINITRANSFORMER_BACKEND"].strip().lower())

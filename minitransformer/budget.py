@@ -1,19 +1,11 @@
 """What a piece of work will take in memory, estimated before it starts, and refused past a budget.
 
-A model, a batch, a beam or a line to decode is small to describe and may be huge to run: a 15 KB checkpoint
-with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores. Each public entry point that
-builds or runs a model adds up, from the sizes alone, the arrays it will hold at its peak, and refuses in one
-line, naming the biggest of them and how to raise the budget, when the sum passes the budget:
-
-    budget  limits.MEMORY_BUDGET (4 GiB), a fixed default so that the same call is accepted or refused alike
-            on every machine; the environment variable MINITRANSFORMER_MEMORY_BUDGET (bytes, or a number with
-            K, M, G or T: "16G") or the ``budget=`` argument of the checks below overrides it.
-
-The estimates count what the code keeps alive at once, to within a small factor (the tests hold each one
-against the memory really allocated): the weights and their gradients; for each layer, the activations its
-forward keeps (in eval mode too: ``Module.save_for_backward``), among them the attention scores, a (B,H,Tq,Tk)
-array per step of scaled dot-product attention; the decoder's key/value cache, (B*K,H,t,Dk) per layer and
-side; and beam search's candidate scores, (B,K,V) float64 and their copies.
+A 15 KB checkpoint with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores. Each public
+entry point that builds or runs a model adds up, from the sizes alone, the arrays it holds at its peak, and past
+the budget (limits.MEMORY_BUDGET, or $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) refuses in
+one line naming the biggest of them. The estimates count, to within a small factor (the tests hold them against
+the memory really allocated), the weights and gradients, each layer's kept activations (the (B,H,Tq,Tk) scores
+among them), the decoder's key/value cache and beam search's (B,K,V) float64 scores.
 
     check_model(config)                          building a model: its weights and their gradients
     check_decoding(owner, model, B, S, T, ...)   encoding B sources of S tokens, decoding T tokens per beam
@@ -98,18 +90,15 @@ def parameter_count(config) -> int:
 
 
 def model_parts(config, itemsize: int) -> dict:
-    """Bytes of a built model: weights, their gradients (a Parameter's .grad is allocated with it), and the
-    two sinusoidal position tables (max_len, D)."""
+    """Bytes of a built model: weights, their gradients (allocated with them), two position tables (max_len, D)."""
     weights = parameter_count(config) * itemsize
     return {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len *
             config.d_model * itemsize}
 
 
 def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int | None) -> int:
-    """Numbers one layer keeps for rows sequences of tq positions (self-attention over tk_self keys, and
-    cross-attention over tk_cross keys in a decoder layer): per attention, the projections, the heads and
-    four (rows,H,tq,tk) arrays (scores, scaled, masked, weights); the feed-forward's (rows,tq,F) twice; the
-    residual sums and LayerNorms' (rows,tq,D) some ten times."""
+    """Numbers one layer keeps for rows sequences of tq positions attending to tk_self (and tk_cross) keys: per
+    attention the projections, heads and four (rows,H,tq,tk) arrays; (rows,tq,F) twice; (rows,tq,D) ten times."""
     d, h, _, inner, f = _sizes(config)
     total = rows * tq * (4 * h * tk_self + 8 * inner + 2 * f + 10 * d)
     if tk_cross is not None:
@@ -119,11 +108,9 @@ def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int |
 
 def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1, naive: bool = False,
                    itemsize: int = 4) -> dict:
-    """Bytes of encoding batch sources of src_len tokens and decoding out_len tokens for each of beam
-    hypotheses per source (greedy: beam 1): the encoder's activations (kept while the decoder runs), the
-    decoder's per step (the cached path: one position over the key/value cache, which holds the prefix's
-    keys and values and the projected memory, twice while it grows or is reordered; the naive path: the
-    whole prefix again), and the next-token scores (log-softmax and beam candidates in float64)."""
+    """Bytes of encoding batch sources of src_len tokens and decoding out_len tokens for each of beam hypotheses:
+    the encoder's activations, the decoder's per step (cached: one position over a key/value cache held twice
+    while it grows; naive: the whole prefix again), and the float64 next-token scores."""
     _, _, _, inner, _ = _sizes(config)
     rows, vocab = batch * beam, config.tgt_vocab_size
     encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
@@ -139,8 +126,7 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
 
 
 def training_parts(config, batch: int, src_len: int, tgt_len: int, itemsize: int) -> dict:
-    """Bytes of one training step on a (batch, src_len) -> (batch, tgt_len) batch: the activations every layer
-    keeps for backward, the logits and their gradient, and the gradients flowing back through a layer."""
+    """Bytes of one training step: activations kept for backward, logits and their gradient, gradients in flight."""
     d = config.d_model
     encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
     decoder = config.num_decoder_layers * _layer_activations(config, batch, tgt_len, tgt_len, src_len)
@@ -171,8 +157,8 @@ def check_decoding(owner: str, model, batch: int, src_len: int, out_len: int, be
 
 
 def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:
-    """The most sources of src_len tokens that ``check_decoding`` lets through at once (0: not even one), for a
-    caller that batches sentences: every part but the weights grows in proportion to the batch."""
+    """The most sources of src_len tokens ``check_decoding`` lets through at once (0: not one); every part but
+    the weights grows in proportion to the batch."""
     itemsize = _itemsize(model.parameters()[0].data.dtype)
     weights = 2 * parameter_count(model.config) * itemsize
     per_source = sum(decoding_parts(model.config, 1, src_len, out_len, beam, naive, itemsize).values())
@@ -181,8 +167,7 @@ def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool 
 
 def check_training(config, batch: int, src_len: int, tgt_len: int, workers: int = 1, dtype=None,
                    owner: str = "train", budget=None) -> int:
-    """Refuse a training step (model, Adam's two moments, activations of a (batch, src_len) -> (batch, tgt_len)
-    batch; gradients of each extra worker's replica) whose memory passes the budget."""
+    """Refuse a training step (model, Adam's moments, activations, each extra worker's gradients) past the budget."""
     itemsize = _itemsize(dtype)
     weights = parameter_count(config) * itemsize
     parts = {**model_parts(config, itemsize), "Adam's moments": 2 * weights,

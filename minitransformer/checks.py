@@ -1,10 +1,6 @@
-"""Argument checks for the public entry points, one small helper per kind of argument.
-
-Each raises an error that names the caller, the argument, what was expected and what came, instead of
-a NumPy broadcasting error from deep inside (or, worse, a silent wrong answer). Constructors, a layer's
-``check_inputs`` (run by ``layer(x)``), ``Transformer.forward`` and the command line use them; the
-model's layers trust what the model has checked once.
-"""
+"""Argument checks for the public entry points, one small helper per kind of argument: each error names the
+caller, the argument, what was expected and what came, never a NumPy error from deep inside. Constructors,
+``layer(x)``, ``Transformer.forward`` and the command line use them; the model's layers trust what it checked."""
 
 from __future__ import annotations
 

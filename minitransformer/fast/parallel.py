@@ -13,7 +13,7 @@ import itertools
 import numpy
 
 from .. import backend, budget, checks
-from ..limits import MAX_WORKERS
+from ..limits import INT_SETTINGS
 from ..module import Module
 from .optim import CPU_CHUNK
 from .threads import get_num_threads, parallel_map
@@ -49,7 +49,7 @@ class DataParallel:
     """
 
     def __init__(self, model, loss_fn, workers: int = 2):
-        self.workers = checks.int_in("DataParallel", "workers", workers, 1, MAX_WORKERS)
+        self.workers = checks.int_in("DataParallel", "workers", workers, *INT_SETTINGS["workers"])
         if not isinstance(model, Module):
             raise TypeError(f"DataParallel: model must be a Module (forward(src, tgt_in) -> logits), "
                             f"got {type(model).__name__}")

@@ -1,9 +1,5 @@
-"""The classroom: assignments made from the core, graded by gradient checks that name the mistake.
-
-    minitransformer classroom make DIR [--exercises NAME,...] [--solutions]    (maker.make)
-    minitransformer classroom grade DIR [--json FILE]                          (grader.grade)
-    minitransformer classroom list | bugs          (exercises.EXERCISES, mistakes.CATALOGUE)
-"""
+"""The classroom: assignments made from the core (``classroom make``, maker.make), graded by gradient checks that
+name the mistake (``classroom grade``, grader.grade); ``classroom list | bugs`` print EXERCISES and CATALOGUE."""
 
 from .exercises import EXERCISES, PARTS, TRAIN, choose
 from .grader import grade

@@ -1,9 +1,8 @@
 """The inputs every exercise is checked on, built with any copy of the core (the package or a student's).
 
-Sizes are small, odd where they can be and all distinct (B=3, S=7, T=5, D=6, H=2, Dk=3, F=11, V=13), so that a
-transposed or mis-broadcast gradient cannot pass by accident. Token batches carry padding, one source sentence
-is padding alone (its queries have no key at all), and the decoder's mask is causal. Each call draws new values
-from ``rng``: the grader and ``check.py`` take a seed.
+Sizes are small, odd where they can be and all distinct, so that a transposed or mis-broadcast gradient cannot
+pass by accident; token batches carry padding, one source is padding alone (its queries have no key), the
+decoder's mask is causal. Each call draws new values from ``rng``: the grader and ``check.py`` take a seed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The exercises: which method bodies a student writes, in which part, and the hint each stub keeps.
 
-An exercise names the core file, the class and its methods: ``backward`` stands for every method of the class
-whose name holds "backward" (a helper such as ``self_attn_backward`` belongs to the same exercise), ``forward``
-for the forward alone. ``linear`` is Linear's backward; ``linear.forward`` its forward, for a teacher who wants
-both. Part 3 ends with ``train``: the copy task, learned with everything the student wrote.
+A target's ``backward`` stands for every method of the class whose name holds "backward" (``self_attn_backward``
+too), ``forward`` for the forward alone: ``linear`` is Linear's backward, ``linear.forward`` its forward. Part 3
+ends with ``train``: the copy task, learned with everything the student wrote.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Grading an assignment: the student's methods, one exercise at a time, against the reference and the catalogue.
 
-For an exercise, the grader reads the student's file, takes the methods the exercise names and puts them on a
-subclass of the reference class; every other piece of the model stays the reference, so one mistake costs one
-exercise. On each of the exercise's cases (cases.py) it runs, in float64:
-  - the forward, against the reference's output (odd sizes, padding, masks);
-  - the backward with .grad pre-filled at random (so "=" for "+=" shows) and a random dout, against the
-    reference backward, every input and parameter gradient; and the gradient check (central differences);
-  - when the backward fails, every mutant of the mistake catalogue for that exercise on the same inputs: a student
-    whose gradients (or error) equal a mutant's is told which mistake it is.
-Each exercise runs in a process of its own with a time limit: an infinite loop, an exception, a NaN, a wrong shape,
-an input changed in place or a printout costs that exercise, never the grader. Part 3 ends with the copy task,
-trained with the student's whole package (train_copy.py).
+The methods an exercise names go on a subclass of the reference class; the rest of the model stays the reference,
+so one mistake costs one exercise. On each case (cases.py), in float64: the forward against the reference's
+output; the backward, with .grad pre-filled (so "=" for "+=" shows) and a random dout, against the reference's
+every gradient and against central differences; on a failure, every catalogue mutant of the exercise on the same
+inputs, to name the mistake. Each exercise runs in a process of its own with a time limit, so a loop, an exception,
+a NaN or a printout costs that exercise, never the grader. Part 3 ends with the copy task (train_copy.py).
 """
 
 from __future__ import annotations
@@ -58,6 +53,11 @@ def describe(err: BaseException, root: str = "") -> tuple:
 
 def one_line(err: BaseException, root: str = "") -> str:
     return "".join(describe(err, root))
+
+
+def failed(reason: str, forward: str = "FAIL") -> dict:
+    """An exercise's result when it fails for one reason."""
+    return {"forward": forward, "backward": "FAIL", "diagnosis": reason, "output": reason}
 
 
 def load(exercise, package_dir: Path) -> dict:
@@ -171,7 +171,7 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
     try:
         subs = load(exercise, package_dir)
     except Failed as err:
-        return {"forward": "FAIL", "backward": "FAIL", "diagnosis": str(err), "output": str(err)}
+        return failed(str(err))
     has_forward = any(method == "forward" for _, _, method in exercise.targets)
     backend.set_backend("numpy")           # the grader's checks read host arrays
     backend.set_default_dtype("float64")
@@ -218,9 +218,8 @@ def grade_training(package_dir: Path, seed: int) -> dict:
     try:
         figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises
-        reason = f"not written yet ({err})" if isinstance(err, NotImplementedError) else \
-            f"training stopped: {one_line(err, str(package_dir))}"
-        return {"forward": "-", "backward": "FAIL", "diagnosis": reason, "output": reason}
+        return failed(f"not written yet ({err})" if isinstance(err, NotImplementedError) else
+                      f"training stopped: {one_line(err, str(package_dir))}", forward="-")
     learned = figures["exact_match"] >= LEARNS
     text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new strings "
             f"(needs {LEARNS:.0%}), loss {figures['first_loss']:.2f} -> {figures['final_loss']:.3f}")
@@ -238,8 +237,7 @@ def _child(conn, name: str, package_dir: str, seed: int) -> None:
             result = grade_training(Path(package_dir), seed) if name == TRAIN.name else \
                 grade_exercise(EXERCISES[name], Path(package_dir), seed)
         except BaseException as err:  # noqa: BLE001 - the grader's own safety net: the exercise fails, the grader goes on
-            reason = one_line(err, package_dir)
-            result = {"forward": "FAIL", "backward": "FAIL", "diagnosis": reason, "output": reason}
+            result = failed(one_line(err, package_dir))
     lines = printed.getvalue().count("\n")
     if lines:
         result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but slows a run)"
@@ -261,20 +259,18 @@ def isolated(names: list, package_dir: Path, seed: int, timeout: float, workers:
             running[name] = (process, receive, time.monotonic())
         multiprocessing.connection.wait([r for _, r, _ in running.values()], timeout=0.2)
         for name, (process, receive, started) in list(running.items()):
-            reason = None
             if receive.poll():
                 try:
                     results[name] = receive.recv()
                 except (EOFError, OSError):
                     process.join(5)
-                    reason = f"the exercise's process ended without a result (exit code {process.exitcode})"
+                    results[name] = failed(f"the exercise's process ended without a result (exit code "
+                                           f"{process.exitcode})")
             elif time.monotonic() - started > timeout:
                 process.kill()
-                reason = f"stopped after {timeout:g} s: an infinite loop, or far too slow"
+                results[name] = failed(f"stopped after {timeout:g} s: an infinite loop, or far too slow")
             else:
                 continue
-            if reason:
-                results[name] = {"forward": "FAIL", "backward": "FAIL", "diagnosis": reason, "output": reason}
             process.join(5)
             del running[name]
     return results

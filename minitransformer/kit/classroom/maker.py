@@ -1,14 +1,11 @@
 """Making an assignment: the core's files in the core's layout, chosen method bodies replaced by stubs.
 
-    DIR/transformer/      the core (module, layers/, masks, config, model, loss, optim, decoding, gradcheck and
-                          what they import), importable as `import transformer as mt` from DIR alone
-    DIR/README.md         what to write, in which order, how to check yourself, how you are graded
-    DIR/check.py          `python check.py linear`: the gradient check of an exercise, on your own code
-    DIR/cases.py, DIR/train_copy.py    the inputs the exercises are checked on; part 3's training run
-    DIR/partN_*.ipynb     one notebook per part; DIR/assignment.json: the exercises, for the grader
-A stub keeps the def line (with its shape comment), the method's docstring and the class's (the paper's equation,
-the shapes), and adds the hint; its body raises NotImplementedError naming the method. With solutions=True the
-same files keep the reference bodies: the two copies differ in the bodies alone.
+    DIR/transformer/   the core and what it imports (`import transformer as mt` from DIR)
+    DIR/README.md, DIR/partN_*.ipynb   what to write, in which order, how to check it, how it is graded
+    DIR/check.py, DIR/cases.py, DIR/train_copy.py   self-check, the graded inputs, part 3's training run
+    DIR/assignment.json   the exercises, for the grader
+A stub keeps the def line (its shapes), the docstrings (the equation) and adds the hint; its body raises
+NotImplementedError. With solutions=True the bodies stay: the two copies differ in the bodies alone.
 """
 
 from __future__ import annotations
@@ -97,10 +94,9 @@ Parts: {"; ".join(f"part {p}, {PARTS[p]}" for p in parts)}. Work in this order:
 {order}
 {"" if 3 not in parts else f"{len(exercises) + 1}. `train` (part 3, {TRAIN.points} points): {TRAIN.sentence}"}
 
-Each part has a notebook (`part1_*.ipynb`, ...) that walks through its exercises; open them with
-`jupyter lab` from this folder. Rules of the game: keep every signature and the names the cache holds;
-`backward` ADDS into `.grad` (`+=`, never `=`) and returns the gradient of each float input; leave `dout`
-and the inputs as they came (no `*=` on them); NumPy only.
+Each part has a notebook (`part1_*.ipynb`, ...; `jupyter lab` here). Rules: keep every signature and the names
+the cache holds; `backward` ADDS into `.grad` (`+=`, never `=`) and returns the gradient of each float input;
+leave `dout` and the inputs as they came (no `*=`); NumPy only.
 
 ## Check yourself
 
@@ -108,18 +104,17 @@ and the inputs as they came (no `*=` on them); NumPy only.
     python check.py                 # every exercise
     python train_copy.py            # part 3: your whole model learns to copy strings (a few seconds)
 
-`check.py` compares your backward with central differences (`transformer/gradcheck.py`, float64), on the inputs the
-grader uses. A row's "worst entry" names the index where your gradient and the numeric one differ most.
+`check.py` compares your backward with central differences (float64) on the grader's inputs; a row's "worst
+entry" is where your gradient and the numeric one differ most.
 
 ## How you are graded
 
-Each exercise is graded alone, with the reference code for everything else, so one mistake costs one exercise:
-your forward against the reference's output, on odd sizes with padding and masks; your backward against central
-differences and against the reference backward, every input and parameter gradient, with `.grad` already holding
-values (an `=` in place of `+=` shows). A failing gradient is compared with a catalogue of the classic mistakes
-of hand-written backprop, and the grader tells you which one it matches. Each exercise runs in a process of its own
-with a time limit: an exception, a NaN, a wrong shape or an infinite loop costs that exercise only. All or nothing
-per exercise; part 3's `train` counts when the copy task reaches 90% exact match on new strings.
+Each exercise is graded alone, with the reference for everything else: your forward against the reference's
+output (odd sizes, padding, masks); your backward against central differences and the reference's every gradient,
+with `.grad` already holding values (so `=` for `+=` shows). A failing gradient is matched against a catalogue of
+classic backprop mistakes, and you are told which one it is. Each exercise runs alone with a time limit: an
+exception, a NaN or an infinite loop costs that exercise only. All or nothing per exercise; part 3's `train`
+counts when the copy task reaches 90% exact match on new strings.
 """
 
 

@@ -1,10 +1,8 @@
 """The mistake catalogue: the classic errors of hand-written backprop, each a one-line patch of the reference.
 
-A mistake is built by taking the reference method's source, replacing one piece of text and compiling the result
-in the reference module's namespace: the mutant differs from the reference by that edit alone, and follows the
-core when the core changes (a patch whose text is gone fails the catalogue's tests, not a student).
-The grader runs every mutant of an exercise on the student's inputs; a student whose gradients equal a mutant's
-made that mistake. Some mistakes no gradient check can see: they are listed with the reason they do no harm.
+A mutant is the reference method's source with one text replaced, compiled in the reference module: it follows
+the core as the core changes (a patch whose text is gone fails the catalogue's tests, not a student). A student
+whose gradients equal a mutant's made that mistake. Mistakes no gradient check can see carry why they do no harm.
 """
 
 from __future__ import annotations

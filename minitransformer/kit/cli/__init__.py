@@ -1,6 +1,6 @@
-"""The command line, ``minitransformer COMMAND`` (or ``python -m minitransformer COMMAND``): train, translate,
-evaluate, gradcheck, download; ``--help`` on each. parser.py holds the options and registers the commands, one
-module per command the rest (each task's settings: ``kit/running/settings.py``). A mistake in what the user typed or gave (an
+"""The command line, ``minitransformer COMMAND`` (or ``python -m minitransformer COMMAND``); ``--help`` on each.
+parser.py holds every option and registers the commands; a module per command runs it (download's one line sits
+in parser.py; each task's settings: ``kit/running/settings.py``). A mistake in what the user typed or gave (an
 option out of its range in ``minitransformer.limits``, a missing or crafted checkpoint, a run folder whose files
 are symbolic links) is one line and exit code 2, never a traceback (MINITRANSFORMER_TRACEBACK=1 shows one)."""
 

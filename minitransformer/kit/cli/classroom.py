@@ -15,15 +15,14 @@ from .common import CLIError
 
 
 def add_classroom(sub) -> None:
-    from .parser import (
-        setting_type,  # here, not at the top: parser.py imports this module
-    )
+    # imported here, not at the top: parser.py imports this module
+    from .parser import setting_type
+
     c = sub.add_parser("classroom", help="make an assignment from the core, or grade one",
                        description="make: write an assignment (the core with chosen backward bodies as stubs); "
                                    "grade: grade one, naming the mistake behind each failing gradient; "
                                    "list: the exercises; bugs: the mistake catalogue.")
-    actions = c.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    actions = c.add_subparsers(dest="action", metavar="ACTION", required=True)
     m = actions.add_parser("make", help="write an assignment folder for students (or --solutions for the teacher)")
     m.add_argument("dir", help="a new (or empty) folder")
     m.add_argument("--exercises", help="comma-separated names (default: every backward exercise); see `list`")
@@ -61,10 +60,7 @@ def cmd_classroom(args) -> int:
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
         return 0
-    try:
-        results = grade(args.dir, seed=args.seed, timeout=args.timeout, workers=args.workers)
-    except FileNotFoundError as err:
-        raise CLIError(str(err)) from None
+    results = grade(args.dir, seed=args.seed, timeout=args.timeout, workers=args.workers)
     print(results.pop("scorecard"))
     print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
     for test in results["tests"]:

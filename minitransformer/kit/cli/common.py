@@ -80,12 +80,9 @@ def load_run(path, average: int | None = None):
 
 
 def check_outputs(folder: str, names) -> None:
-    """Before any work: refuse (CLIError) if a file this command will write in ``folder`` is a symbolic link or
-    not a regular file (``files.atomic_write`` refuses them too, but only after the training or the scoring)."""
+    """Before any work: refuse (ValueError, exit 2) a file this command will write in ``folder`` that is a symbolic
+    link or not a regular file (``files.atomic_write`` refuses them too, but after the training or the scoring)."""
     for name in names:
-        try:
-            check_writable(os.path.join(folder, name), name)
-        except ValueError as err:
-            raise CLIError(str(err)) from None
+        check_writable(os.path.join(folder, name), name)
 
 

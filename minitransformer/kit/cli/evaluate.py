@@ -30,9 +30,7 @@ def cmd_evaluate(args) -> int:
               "averaged": len(used) if args.average else 1, "step": step}
     json_path = args.json_path or os.path.join(os.path.dirname(os.path.abspath(used[-1])), f"eval-{split}.json")
     check_outputs(os.path.dirname(os.path.abspath(json_path)), [os.path.basename(json_path)])  # before scoring
-    avg = ""
-    if args.average:
-        avg = f", average of {len(used)} checkpoints, steps {step_of_file(used[0])}-{step}"
+    avg = f", average of {len(used)} checkpoints, steps {step_of_file(used[0])}-{step}" if args.average else ""
     if task in SEQUENCE_TASKS:
         pairs = SequenceTask(task).heldout(settings.get("heldout", 1000))[: args.limit]
         score = exact_match(model, pairs, beam_size=args.beam_size, alpha=args.alpha)

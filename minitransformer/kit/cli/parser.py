@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 
 from minitransformer import __version__, limits
+from minitransformer.kit.data import datasets
 from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
 from .classroom import add_classroom
 from .convert import add_convert
-from .download import cmd_download
 from .evaluate import cmd_evaluate
 from .gradcheck import cmd_gradcheck
 from .train import cmd_train
@@ -155,6 +155,11 @@ def _add_download(sub) -> None:
     dl.add_argument("--dir", help="where to put them (default: $MINITRANSFORMER_MULTI30K if set, else "
                                   "~/.cache/minitransformer/multi30k, where `train` looks)")
     dl.set_defaults(run=cmd_download)
+
+
+def cmd_download(args) -> int:
+    print(f"Multi30k files are in {datasets.download_multi30k(args.dir)}")
+    return 0
 
 
 # Every command, in the order --help lists them: a function that adds its subparser (with set_defaults(run=...)).
