@@ -15,8 +15,9 @@ class SublayerConnection(Module):
     The sublayer (attention or feed-forward) is passed in as a function, so one class wraps all of them:
         x = self.sublayer(x, self.ffn.forward)                      # forward
         dx = self.sublayer.backward(dout, self.ffn.backward)        # backward
-    ``sublayer_backward`` maps d(sublayer output) to d(sublayer input). A sublayer with other inputs runs its
-    backward between ``backward_to_sublayer`` and ``backward_from_sublayer`` (DecoderLayer's cross-attention).
+    ``sublayer_backward`` maps d(sublayer output) to d(sublayer input). A sublayer that reads more than x runs
+    its backward between the two halves, ``backward_to_sublayer`` and ``backward_from_sublayer``, and keeps its
+    other gradients (DecoderLayer's cross-attention reads the memory too).
     The residual is explicit in backward: the gradient flows both through the sublayer and around it.
     Cache: held by the LayerNorm and Dropout children.
     """
@@ -39,17 +40,14 @@ class SublayerConnection(Module):
         dsublayer, daround = self.backward_to_sublayer(dout)
         return self.backward_from_sublayer(daround, sublayer_backward(dsublayer))
 
-    def backward_to_sublayer(self, dout):                      # dout (B,T,D) -> d(sublayer out), d(around) (B,T,D)
-        """The first half of backward, for a sublayer that reads more than x (cross-attention reads the
-        memory too): the caller runs the sublayer's backward between the halves and keeps its other gradients."""
+    def backward_to_sublayer(self, dout):                      # dout -> d(sublayer output), d(around it)  (B,T,D)
         self.saved(dout)
         if self.norm_first:                                    # out = x + Dropout(f(LN(x)))
             return self.dropout.backward(dout), dout
         dsum = self.norm.backward(dout)                        # out = LN(x + Dropout(f(x))): d(x + Dropout(f(x)))
         return self.dropout.backward(dsum), dsum
 
-    def backward_from_sublayer(self, daround, dsublayer_input):   # (B,T,D) each -> dx (B,T,D)
-        """The second half of backward: around + through the sublayer."""
+    def backward_from_sublayer(self, daround, dsublayer_input):   # (B,T,D) each -> dx = around + through
         if self.norm_first:                                    # the sublayer read LN(x): back through LN too
             return daround + self.norm.backward(dsublayer_input)
         return daround + dsublayer_input
