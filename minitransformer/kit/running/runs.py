@@ -10,7 +10,7 @@ import sys
 import numpy
 
 from minitransformer import budget, decoding
-from minitransformer.fast.threads import use_blas_threads
+from minitransformer.fast.threads import NO_BLAS_CONTROL, use_blas_threads
 from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 from minitransformer.kit.data.tasks import exact_match
@@ -43,7 +43,7 @@ def choose_blas_threads(config, workers: int = 1) -> dict:
     """Set the BLAS threads, unless OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) chose: one with several workers
     (they keep the cores busy), else by the width. -> {"blas_threads": count or None, "blas_threads_set_by": who}"""
     count, why = use_blas_threads(1 if workers > 1 or config.d_model < ONE_BLAS_THREAD_BELOW else None)
-    set_by = {"chosen": "minitransformer", "default": "the BLAS default", "unknown": "unknown (not OpenBLAS)"}
+    set_by = {"chosen": "minitransformer", "default": "the BLAS default", "unknown": "unknown (no BLAS threadpoolctl can set)"}
     return {"blas_threads": count, "blas_threads_set_by": set_by.get(why, why)}
 
 
@@ -51,7 +51,7 @@ def describe_blas_threads(choice: dict, config, workers: int = 1) -> str:
     """One line for a run's header: the BLAS threads and who chose them."""
     count, set_by = choice["blas_threads"], choice["blas_threads_set_by"]
     if count is None:
-        return "BLAS threads: the library's own setting (not OpenBLAS; OMP_NUM_THREADS or MKL_NUM_THREADS sets it)"
+        return NO_BLAS_CONTROL
     why = {"minitransformer": f"for each of the {workers} workers (they keep the cores busy already)" if workers > 1
            else f"chosen for d_model {config.d_model} < {ONE_BLAS_THREAD_BELOW} (products this small gain nothing "
                 f"from more)", "the BLAS default": "the BLAS default (one per core)"}.get(set_by)
