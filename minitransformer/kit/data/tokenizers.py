@@ -1,30 +1,19 @@
 """Tokenisers: text <-> lists of token ids.
 
 Two tokenisers share one vocabulary class and the four special tokens every model here relies on:
+<pad> = 0 (the loss and the attention masks ignore it), <bos> = 1 (first token of the decoder input),
+<eos> = 2 (last token of the target; decoding stops there), <unk> = 3 (anything the vocabulary does not know).
 
-    <pad> = 0   padding (the loss and the attention masks ignore it)
-    <bos> = 1   first token of the decoder input
-    <eos> = 2   last token of the target; decoding stops there
-    <unk> = 3   anything the vocabulary does not know
-
-- ``WordTokenizer``: one id per word or punctuation mark. Good for the toy corpus, whose tokens are
-  already separated by spaces, and for reading what a model does.
+- ``WordTokenizer``: one id per word or punctuation mark; good for the toy corpus and for reading a model.
 - ``BPETokenizer``: byte-pair encoding (Sennrich, Haddow and Birch 2016), the subword scheme the paper uses
-  with one vocabulary shared by source and target. It starts from single characters and learns, one merge at
-  a time, to glue the most frequent adjacent pair of symbols into a new symbol.
+  with one vocabulary shared by source and target: from single characters, it learns one merge at a time to
+  glue the most frequent adjacent pair of symbols into a new symbol.
 
-Both turn a text into "pieces" the same way (``pieces``, the one preparation of text for a model: training
-text and a sentence to translate alike): lowercase it when the tokeniser lowercases, split at whitespace
-into words, then split each word into runs of letters/digits and single punctuation marks ("dog." -> "dog",
-"."), which is how the toy corpus is written. BPE marks the last piece of a
-whitespace word with ``</w>``, the end-of-word marker, so decoding knows where the spaces were:
-
-    "the dog."  ->  the</w> | dog | .</w>        (BPE merges never cross a piece boundary)
-
-A character BPE never saw becomes ``<unk>``, or ``<unk></w>`` when it ends a word, so its space survives:
-"the dog€ runs" -> ... g <unk></w> r ... -> "the dog<unk> runs". ``unknown_words(text)`` names the words
-that hold an ``<unk>``, and ``token_labels(ids)`` gives tokens as people write them (BPE: "orange@@ farbenen",
-never the internal ``</w>``), for plots.
+Both prepare a text the same way (``pieces``, for training and translating alike): lowercased when the tokeniser
+lowercases, split at whitespace, then into runs of letters/digits and single punctuation marks. BPE marks the
+last piece of a whitespace word with ``</w>`` so decoding knows where the spaces were, and merges never cross
+a piece boundary:   "the dog."  ->  the</w> | dog | .</w>
+A character BPE never saw becomes ``<unk>``, or ``<unk></w>`` when it ends a word, so its space survives.
 
 Vocabularies travel with checkpoints as JSON: ``to_dict`` / ``from_dict``, ``to_json`` / ``from_json``,
 ``save(path)`` / ``load_tokenizer(path)``; ``tokenizer_from_dict`` / ``tokenizer_from_json`` pick the class.
@@ -36,11 +25,13 @@ import heapq
 import itertools
 import json
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy
 
+from minitransformer import checks
 from minitransformer.kit.running import files
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -48,12 +39,11 @@ SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 END_OF_WORD = "</w>"
 UNK_END_OF_WORD = SPECIAL_TOKENS[UNK] + END_OF_WORD     # BPE: an unknown character that ends a word
 
-# Pieces longer than this are learned from in parts of this length (``_learning_chunks``), and are not kept in
+# Pieces longer than this are learned from in parts of this length (``_learning_chunks``) and are not kept in
 # the encoding cache; they encode whole, as any piece does.
 MAX_LEARN_CHARS = 32
 
-# A run of letters/digits/underscore, or one character that is neither a letter/digit nor a space.
-_PIECE_RE = re.compile(r"\w+|[^\w\s]")
+_PIECE_RE = re.compile(r"\w+|[^\w\s]")        # a run of letters/digits/underscore, or one other non-space
 
 
 def _check_text(text, where: str) -> str:
@@ -73,16 +63,11 @@ def _check_texts(texts, where: str) -> list:
 
 
 def readable_tokens(tokens) -> list[str]:
-    """Tokens as people write them, for labels: a BPE sequence (one that holds a ``</w>`` token) loses its
-    end-of-word markers, and each piece that does not end a word gets ``@@``, the subword-nmt way
-    ("orange@@ farbenen"); special tokens stay as they are. Any other list comes back unchanged.
-
-    ["a</w>", "orange", "farbenen</w>"] -> ["a", "orange@@", "farbenen"]
-    """
+    """Tokens as people write them, for labels: a BPE sequence (one holding a ``</w>`` token) loses its
+    end-of-word markers and each piece inside a word gets ``@@``, the subword-nmt way; specials stay as they are.
+    Any other list comes back unchanged.   ["a</w>", "orange", "farbenen</w>"] -> ["a", "orange@@", "farbenen"]"""
     tokens = [str(t) for t in tokens]
-    if not any(t.endswith(END_OF_WORD) for t in tokens):
-        return tokens
-    return [_readable_piece(t) for t in tokens]
+    return [_readable_piece(t) for t in tokens] if any(t.endswith(END_OF_WORD) for t in tokens) else tokens
 
 
 def _readable_piece(token: str) -> str:
@@ -92,10 +77,8 @@ def _readable_piece(token: str) -> str:
 
 
 def split_pieces(text: str) -> list[tuple[str, bool]]:
-    """Pre-tokenise: [(piece, ends_word)], pieces in order, ends_word True when a space (or the end) follows.
-
-    "the dog." -> [("the", True), ("dog", False), (".", True)]
-    """
+    """Pre-tokenise: [(piece, ends_word)], ends_word True when a space (or the end) follows.
+    "the dog." -> [("the", True), ("dog", False), (".", True)]"""
     out = []
     for word in text.split():
         pieces = _PIECE_RE.findall(word)
@@ -105,9 +88,7 @@ def split_pieces(text: str) -> list[tuple[str, bool]]:
 
 class Vocab:
     """A two-way map between tokens (str) and ids (int); ids 0-3 are always the special tokens.
-
-    ``vocab[token]`` -> id (``<unk>``'s id for an unknown token); ``vocab.itos[id]`` -> token.
-    """
+    ``vocab[token]`` -> id (``<unk>``'s id for an unknown token); ``vocab.itos[id]`` -> token."""
 
     def __init__(self, tokens=()):
         self.itos: list[str] = list(SPECIAL_TOKENS)
@@ -117,20 +98,14 @@ class Vocab:
 
     @classmethod
     def build(cls, counts, min_freq: int = 1, max_size: int | None = None) -> Vocab:
-        """Vocabulary of the tokens counted at least ``min_freq`` times, most frequent first (ties: alphabetical).
-
-        counts: a Counter (or any mapping token -> count). max_size: the largest vocabulary, specials included.
-        """
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"Vocab.build: min_freq must be an int >= 1, got {min_freq!r}")
-        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)
-                                     or max_size < len(SPECIAL_TOKENS)):
-            raise ValueError(f"Vocab.build: max_size must be None or an int >= {len(SPECIAL_TOKENS)}, got {max_size!r}")
+        """The tokens of ``counts`` (token -> count) seen at least min_freq times, most frequent first (ties:
+        alphabetical), at most max_size ids, specials included."""
+        checks.positive_int("Vocab.build", "min_freq", min_freq)
+        if max_size is not None:
+            checks.int_in("Vocab.build", "max_size", max_size, len(SPECIAL_TOKENS), sys.maxsize)
         ranked = sorted((t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS),
                         key=lambda t: (-counts[t], t))
-        if max_size is not None:
-            ranked = ranked[: max_size - len(SPECIAL_TOKENS)]
-        return cls(ranked)
+        return cls(ranked if max_size is None else ranked[: max_size - len(SPECIAL_TOKENS)])
 
     def add(self, token: str) -> int:
         """Add a token (if new) and return its id."""
@@ -149,38 +124,22 @@ class Vocab:
         return self.stoi.get(token, UNK)
 
     def is_lowercase(self) -> bool:
-        """True when its tokens hold letters and none of them is a capital: text in any other case can
-        only read as <unk> with such a vocabulary."""
-        letters = "".join(t for t in self.itos[len(SPECIAL_TOKENS):])
+        """True when its tokens hold letters and none is a capital: text in any other case reads as <unk>."""
+        letters = "".join(self.itos[len(SPECIAL_TOKENS):])
         return letters.lower() == letters and letters.upper() != letters
 
     def lookup_token(self, idx: int) -> str:
         return self.itos[idx]
 
 
-def _check_ids(ids, vocab_size: int, where: str) -> list[int]:
-    """ids as a list of Python ints, each in [0, vocab_size)."""
-    if isinstance(ids, numpy.ndarray):
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise ValueError(f"{where}: ids must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
-        ids = ids.tolist()
-    elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        raise TypeError(f"{where}: ids must be a list of int, got {type(ids).__name__}")
-    out = []
-    for pos, i in enumerate(ids):
-        if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
-            raise TypeError(f"{where}: ids must be ints, got {type(i).__name__} at ids[{pos}]")
-        if not 0 <= i < vocab_size:
-            raise ValueError(f"{where}: ids[{pos}] = {int(i)} is outside the vocabulary [0, {vocab_size})")
-        out.append(int(i))
-    return out
-
-
 class _Tokenizer:
-    """What both tokenisers share: the special ids, the size, and JSON round trips."""
+    """What both tokenisers share: the special ids, the size, encoding piece by piece, decoding's checks, JSON."""
 
     pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
+    kind: str                                   # "word" | "bpe": the "type" of to_dict
     vocab: Vocab
+    lowercase: bool
+    _label = staticmethod(str)                  # a token as a plot labels it
 
     @property
     def vocab_size(self) -> int:
@@ -189,39 +148,54 @@ class _Tokenizer:
     def __len__(self) -> int:
         return len(self.vocab)
 
-    lowercase: bool
-
     def pieces(self, text: str) -> list[tuple[str, bool]]:
-        """How this tokeniser prepares a text, for training and for translating alike: lowercased if it
-        lowercases, then ``split_pieces``. -> [(piece, ends_word)]"""
+        """How this tokeniser prepares a text, for training and translating alike: lowercased if it lowercases,
+        then ``split_pieces``. -> [(piece, ends_word)]"""
         return split_pieces(text.lower() if self.lowercase else text)
 
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        _check_text(text, f"{type(self).__name__}.encode")
+        ids = [i for piece in self.pieces(text) for i in self._piece_ids(piece)]
+        return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
+
     def unknown_words(self, text: str) -> list[str]:
-        """The pieces of text (as ``pieces`` prepares them) that read as <unk>, each once, in order."""
+        """The pieces of text (as ``pieces`` prepares them) that read as <unk>, each once, in order: a word the
+        vocabulary lacks, or (BPE) a piece with a character it never saw."""
         _check_text(text, f"{type(self).__name__}.unknown_words")
-        return list(dict.fromkeys(piece for piece, ends in self.pieces(text) if self._unknown(piece, ends)))
+        unk = (UNK, self.vocab[UNK_END_OF_WORD])
+        return list(dict.fromkeys(p for p, end in self.pieces(text) if any(i in unk for i in self._piece_ids((p, end)))))
 
     def token_labels(self, ids) -> list[str]:
-        """The tokens of ids, specials included, as people write them: plot labels. A word is itself; a BPE
-        piece loses its ``</w>``, and a piece inside a word gets ``@@`` ("orange@@ farbenen")."""
+        """The tokens of ids, specials included, as people write them (plot labels): a word is itself; a BPE
+        piece loses its ``</w>`` and a piece inside a word gets ``@@`` ("orange@@ farbenen")."""
         return [self._label(t) for t in self._ids_to_tokens(ids, False, f"{type(self).__name__}.token_labels")]
 
-    def _label(self, token: str) -> str:
-        return token
-
-    def _unknown(self, piece: str, ends_word: bool) -> bool:  # pragma: no cover - each tokeniser defines it
-        raise NotImplementedError
-
     def _ids_to_tokens(self, ids, skip_special: bool, where: str) -> list[str]:
-        """Tokens for ids: stops at the first <eos>, drops <pad> and <bos> (when skip_special)."""
-        tokens = []
-        for i in _check_ids(ids, len(self.vocab), where):
-            if skip_special and i == EOS:
-                break
-            if skip_special and i in (PAD, BOS):
-                continue
-            tokens.append(self.vocab.itos[i])
-        return tokens
+        """The tokens of ids (each an int in [0, V)); skip_special: stop at the first <eos>, drop <pad> and <bos>."""
+        if isinstance(ids, numpy.ndarray):
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise ValueError(f"{where}: ids must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
+            ids = ids.tolist()
+        elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TypeError(f"{where}: ids must be a list of int, got {type(ids).__name__}")
+        ids = list(ids)
+        for pos, i in enumerate(ids):
+            if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
+                raise TypeError(f"{where}: ids must be ints, got {type(i).__name__} at ids[{pos}]")
+            if not 0 <= i < len(self.vocab):
+                raise ValueError(f"{where}: ids[{pos}] = {int(i)} is outside the vocabulary [0, {len(self.vocab)})")
+        if skip_special:
+            ids = [i for i in itertools.takewhile(lambda i: i != EOS, ids) if i not in (PAD, BOS)]
+        return [self.vocab.itos[i] for i in ids]
+
+    def to_dict(self) -> dict:
+        return {"type": self.kind, "lowercase": self.lowercase, "tokens": list(self.vocab.itos)}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        _check_dict(data, cls.kind, f"{cls.__name__}.from_dict")
+        merges = {"merges": data.get("merges", [])} if cls.kind == "bpe" else {}
+        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), lowercase=data.get("lowercase", False), **merges)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
@@ -238,11 +212,7 @@ class _Tokenizer:
 
     @classmethod
     def load(cls, path):
-        text = _read_text(path)
-        return cls.from_dict(_parse_json(text, f"{cls.__name__}.load", f"path {str(path)!r}"))
-
-    def to_dict(self) -> dict:  # pragma: no cover - each tokeniser defines it
-        raise NotImplementedError
+        return cls.from_dict(_parse_json(_read_text(path), f"{cls.__name__}.load", f"path {str(path)!r}"))
 
 
 class WordTokenizer(_Tokenizer):
@@ -251,6 +221,8 @@ class WordTokenizer(_Tokenizer):
     tokenize("The dog, too.") -> ["The", "dog", ",", "too", "."]   (["the", ...] with lowercase=True)
     decode joins the tokens with single spaces: exact on text written that way (the toy corpus).
     """
+
+    kind = "word"
 
     def __init__(self, vocab: Vocab | None = None, lowercase: bool = False):
         self.vocab = Vocab() if vocab is None else vocab
@@ -261,54 +233,39 @@ class WordTokenizer(_Tokenizer):
         """Learn a vocabulary from texts (list of str): words seen >= min_freq times, at most max_size ids."""
         texts = _check_texts(texts, "WordTokenizer.build")
         tokenizer = cls(lowercase=lowercase)
-        counts = Counter(token for text in texts for token in tokenizer.tokenize(text))
+        counts = Counter(piece for text in texts for piece, _ in tokenizer.pieces(text))
         tokenizer.vocab = Vocab.build(counts, min_freq=min_freq, max_size=max_size)
         return tokenizer
 
     def tokenize(self, text: str) -> list[str]:
-        text = _check_text(text, "WordTokenizer.tokenize")
-        return [piece for piece, _ in self.pieces(text)]
+        return [piece for piece, _ in self.pieces(_check_text(text, "WordTokenizer.tokenize"))]
 
-    def _unknown(self, piece: str, ends_word: bool) -> bool:
-        return piece not in self.vocab
-
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        _check_text(text, "WordTokenizer.encode")
-        ids = [self.vocab[token] for token in self.tokenize(text)]
-        return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
+    def _piece_ids(self, piece: tuple[str, bool]) -> tuple[int]:
+        return (self.vocab[piece[0]],)
 
     def decode(self, ids, skip_special: bool = True) -> str:
         return " ".join(self._ids_to_tokens(ids, skip_special, "WordTokenizer.decode"))
-
-    def to_dict(self) -> dict:
-        return {"type": "word", "lowercase": self.lowercase, "tokens": list(self.vocab.itos)}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> WordTokenizer:
-        _check_dict(data, "word", "WordTokenizer.from_dict")
-        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), lowercase=data.get("lowercase", False))
 
 
 class BPETokenizer(_Tokenizer):
     """Byte-pair encoding with an end-of-word marker; one vocabulary for source and target, as in the paper.
 
-    Learning (``learn``): every piece starts as its characters, the last one marked ``</w>`` when the piece
-    ends a word ("dog" at the end of a word: d o g</w>). Repeatedly count adjacent symbol pairs over the
-    corpus (weighted by how often each piece occurs), merge the most frequent pair everywhere (ties: the
-    alphabetically first pair), and record the merge. The vocabulary is the specials, every character seen
-    (plain and with </w>), one new symbol per merge, and last ``<unk></w>``: the end-of-word form of <unk>,
-    which every character has too (it comes last so that a vocabulary saved without it has the same ids for
-    everything else: such a vocabulary loads unchanged and encodes an unknown word end as plain <unk>).
+    Learning: every piece starts as its characters, the last marked ``</w>`` when the piece ends a word
+    ("dog" at a word's end: d o g</w>). Count adjacent symbol pairs over the corpus (weighted by how often each
+    piece occurs), merge the most frequent pair everywhere (ties: the alphabetically first), record the merge,
+    repeat. The vocabulary: the specials, every character seen (plain and with </w>), one symbol per merge,
+    and last ``<unk></w>`` (last, so that a vocabulary saved without it keeps every other id, loads unchanged
+    and encodes an unknown word end as plain <unk>).
 
-    Encoding applies the recorded merges to a piece in the order they were learned (always the lowest-ranked
-    pair present first), which reproduces the training segmentation. Pieces are cached, so a corpus costs
-    one BPE run per distinct word.
-
+    Encoding applies the merges in the order they were learned (the lowest-ranked pair present first), which
+    reproduces the training segmentation; pieces are cached, so a corpus costs one BPE run per distinct word.
     Decoding concatenates the symbols and turns each ``</w>`` back into a space, so
-    ``decode(encode(text)) == " ".join(text.split())`` (lowercased, for a tokenizer made with lowercase=True)
-    whenever every character of text was seen in training;
-    otherwise each unseen character reads ``<unk>`` and the spaces stay where they were.
+    ``decode(encode(text)) == " ".join(text.split())`` (lowercased if the tokeniser lowercases) whenever every
+    character of text was seen in training; an unseen character reads ``<unk>``, the spaces where they were.
     """
+
+    kind = "bpe"
+    _label = staticmethod(_readable_piece)
 
     def __init__(self, vocab: Vocab | None = None, merges=(), lowercase: bool = False):
         self.vocab = Vocab() if vocab is None else vocab
@@ -317,30 +274,25 @@ class BPETokenizer(_Tokenizer):
         self.ranks: dict[tuple[str, str], int] = {pair: r for r, pair in enumerate(self.merges)}
         self._cache: dict[tuple[str, bool], tuple[int, ...]] = {}
 
-    # ------------------------------------------------------------------ learning
-
     @classmethod
     def learn(cls, texts, vocab_size: int | None = None, num_merges: int | None = None,
               min_frequency: int = 2, lowercase: bool = False) -> BPETokenizer:
         """Learn merges from texts (list of str; for a shared vocabulary pass source and target texts together).
 
-        Give exactly one of vocab_size (the final vocabulary size, specials included) or num_merges.
-        Learning stops early when no pair occurs at least min_frequency times. A piece longer than
-        MAX_LEARN_CHARS characters is learned from in parts of that length, so its cost stays linear.
-        lowercase: lowercase every text before learning and encoding (decode then gives lowercase text).
+        Give exactly one of vocab_size (the final size, specials included) or num_merges. Learning stops early
+        when no pair occurs min_frequency times. lowercase: lowercase every text before learning and encoding.
         """
         texts = _check_texts(texts, "BPETokenizer.learn")
         if (vocab_size is None) == (num_merges is None):
             raise ValueError("BPETokenizer.learn: give exactly one of vocab_size or num_merges, "
                              f"got vocab_size={vocab_size!r}, num_merges={num_merges!r}")
         for name, value in (("vocab_size", vocab_size), ("num_merges", num_merges)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"BPETokenizer.learn: {name} must be a non-negative int, got {value!r}")
-        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ValueError(f"BPETokenizer.learn: min_frequency must be an int >= 1, got {min_frequency!r}")
+            if value is not None:
+                checks.int_in("BPETokenizer.learn", name, value, 0, sys.maxsize)
+        checks.positive_int("BPETokenizer.learn", "min_frequency", min_frequency)
 
-        # Distinct pieces and their counts; each piece as a list of symbols.
-        reader = cls(lowercase=lowercase)                 # prepares the text as encode will
+        # Distinct pieces (prepared as encode will) and their counts; each piece as a list of symbols.
+        reader = cls(lowercase=lowercase)
         piece_counts = Counter(chunk for text in texts for p in reader.pieces(text) for chunk in _learning_chunks(*p))
         words = [_initial_symbols(piece, ends_word) for piece, ends_word in piece_counts]
         freqs = list(piece_counts.values())
@@ -364,20 +316,18 @@ class BPETokenizer(_Tokenizer):
         heapq.heapify(heap)
 
         merges = []
-        while heap:
-            if num_merges is not None and len(merges) >= num_merges:
-                break
-            if vocab_size is not None and len(vocab) + 1 >= vocab_size:    # + 1: <unk></w> comes after the merges
-                break
+        while heap and (num_merges is None or len(merges) < num_merges) and \
+                (vocab_size is None or len(vocab) + 1 < vocab_size):      # + 1: <unk></w> comes after the merges
             neg_count, pair = heapq.heappop(heap)
             if pair_counts.get(pair, 0) != -neg_count:
                 continue                                  # stale entry: the count changed after it was pushed
             if -neg_count < min_frequency:
                 break
             merges.append(pair)
-            vocab.add(pair[0] + pair[1])
+            merged = pair[0] + pair[1]
+            vocab.add(merged)
             # Only pairs with a, b or ab in them change; the rest of a word's pairs stay as they are.
-            touched, merged = {pair[0], pair[1], pair[0] + pair[1]}, pair[0] + pair[1]
+            touched = {pair[0], pair[1], merged}
             delta: Counter = Counter()                    # how each pair's count changes with this merge
             for w in where.pop(pair):
                 old = words[w]
@@ -404,55 +354,30 @@ class BPETokenizer(_Tokenizer):
         vocab.add(UNK_END_OF_WORD)
         return cls(vocab, merges, lowercase=lowercase)
 
-    # ------------------------------------------------------------------ encoding and decoding
-
     def tokenize(self, text: str) -> list[str]:
         """The subword symbols of text: "the dog." -> ["the</w>", "dog", ".</w>"] (given the merges)."""
-        _check_text(text, "BPETokenizer.tokenize")
-        return [self.vocab.itos[i] for i in self.encode(text)]
-
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        _check_text(text, "BPETokenizer.encode")
-        ids = [BOS] if add_bos else []
-        for piece in self.pieces(text):
-            ids.extend(self._piece_ids(piece))
-        if add_eos:
-            ids.append(EOS)
-        return ids
+        return [self.vocab.itos[i] for i in self.encode(_check_text(text, "BPETokenizer.tokenize"))]
 
     def _piece_ids(self, piece: tuple[str, bool]) -> tuple[int, ...]:
+        """A piece's ids; an unseen character is <unk>, or <unk></w> when it ends a word (plain <unk> in a
+        vocabulary saved without <unk></w>)."""
         cached = self._cache.get(piece)
         if cached is None:
-            symbols = self._apply_merges(_initial_symbols(*piece))
-            cached = tuple(self._symbol_id(s) for s in symbols)
+            unk_end = self.vocab[UNK_END_OF_WORD]
+            cached = tuple(self.vocab.stoi.get(s, unk_end if s.endswith(END_OF_WORD) else UNK)
+                           for s in self._apply_merges(_initial_symbols(*piece)))
             if len(self._cache) < 200_000 and len(piece[0]) <= MAX_LEARN_CHARS:
                 self._cache[piece] = cached
         return cached
 
-    def _label(self, token: str) -> str:
-        return _readable_piece(token)
-
-    def _unknown(self, piece: str, ends_word: bool) -> bool:
-        """A piece with a character the vocabulary never saw (it reads as <unk> or <unk></w>)."""
-        unk = (UNK, self.vocab[UNK_END_OF_WORD])
-        return any(i in unk for i in self._piece_ids((piece, ends_word)))
-
-    def _symbol_id(self, symbol: str) -> int:
-        """The id of a symbol; an unseen character is <unk>, or <unk></w> when it ends a word (in a vocabulary
-        saved without <unk></w>, ``self.vocab`` gives <unk> instead)."""
-        if symbol in self.vocab or not symbol.endswith(END_OF_WORD):
-            return self.vocab[symbol]
-        return self.vocab[UNK_END_OF_WORD]
-
     def _apply_merges(self, symbols: list[str]) -> list[str]:
         """Merge the lowest-ranked (earliest learned) adjacent pair, every occurrence left to right, again and
-        again, until no adjacent pair is a merge: the order learning merged them in.
+        again until no adjacent pair is a merge: the order learning merged them in.
 
-        A word of n symbols costs O(n log n), whatever its length: the symbols form a linked list (``after[i]``,
-        ``before[i]``; a symbol merged into its left neighbour becomes None) and a heap holds (rank, position)
-        of every mergeable pair. The heap hands over all pairs of the lowest rank at once, in position order,
-        which is the left-to-right pass over the word; an entry whose symbols have changed since it was
-        pushed is skipped. Each merge removes a symbol and pushes at most two pairs (its new neighbours)."""
+        O(n log n) for a word of n symbols: the symbols form a linked list (``after``, ``before``; a symbol merged
+        into its left neighbour becomes None) and a heap holds (rank, position) of every mergeable pair. The heap
+        hands over all pairs of the lowest rank at once, in position order: the left-to-right pass. An entry whose
+        symbols changed since it was pushed is skipped; each merge removes a symbol and pushes at most two pairs."""
         n = len(symbols)
         symbols = list(symbols)
         after, before = list(range(1, n + 1)), list(range(-1, n - 1))         # n / -1: no neighbour
@@ -480,34 +405,19 @@ class BPETokenizer(_Tokenizer):
         return [s for s in symbols if s is not None]
 
     def decode(self, ids, skip_special: bool = True) -> str:
-        out = []
-        for token in self._ids_to_tokens(ids, skip_special, "BPETokenizer.decode"):
-            if token.endswith(END_OF_WORD):
-                out.append(token[: -len(END_OF_WORD)] + " ")
-            else:
-                out.append(token)
-        text = "".join(out)
-        return text.removesuffix(" ")              # the space of the last </w>
+        tokens = self._ids_to_tokens(ids, skip_special, "BPETokenizer.decode")
+        return "".join(t.removesuffix(END_OF_WORD) + " " if t.endswith(END_OF_WORD) else t
+                       for t in tokens).removesuffix(" ")              # the space of the last </w>
 
     def to_dict(self) -> dict:
-        return {"type": "bpe", "lowercase": self.lowercase, "tokens": list(self.vocab.itos),
-                "merges": [list(m) for m in self.merges]}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> BPETokenizer:
-        _check_dict(data, "bpe", "BPETokenizer.from_dict")
-        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), [tuple(m) for m in data.get("merges", [])],
-                   lowercase=data.get("lowercase", False))
+        return {**super().to_dict(), "merges": [list(m) for m in self.merges]}
 
 
 def _learning_chunks(piece: str, ends_word: bool):
-    """What learning counts pairs in: the piece itself, or a piece longer than MAX_LEARN_CHARS cut into parts of
-    that many characters (the last keeps ends_word). Each merge rewrites every part that holds its pair, so an
-    uncut piece of n characters would cost O(n) per merge; the pairs across a cut (one per MAX_LEARN_CHARS
-    characters of a word longer than any real one) are not counted."""
-    if len(piece) <= MAX_LEARN_CHARS:
-        yield piece, ends_word
-        return
+    """What learning counts pairs in: the piece, or a piece longer than MAX_LEARN_CHARS cut into parts of that
+    many characters (the last keeps ends_word). A merge rewrites every part that holds its pair, so an uncut
+    piece of n characters would cost O(n) per merge; the pairs across a cut (one per MAX_LEARN_CHARS characters
+    of a word longer than any real one) are not counted."""
     for start in range(0, len(piece), MAX_LEARN_CHARS):
         yield piece[start:start + MAX_LEARN_CHARS], ends_word and start + MAX_LEARN_CHARS >= len(piece)
 
@@ -521,13 +431,12 @@ def _initial_symbols(piece: str, ends_word: bool) -> list[str]:
 
 
 def _merge_pair(symbols: list[str], pair: tuple[str, str]) -> list[str]:
-    """Replace every non-overlapping occurrence of pair (left to right) by the joined symbol.
-    Returns the same list object when pair does not occur."""
-    a, b = pair
+    """Every non-overlapping occurrence of pair (left to right) replaced by the joined symbol; the same list
+    object when pair does not occur."""
     out, i, n = [], 0, len(symbols)
     while i < n:
-        if i < n - 1 and symbols[i] == a and symbols[i + 1] == b:
-            out.append(a + b)
+        if i < n - 1 and (symbols[i], symbols[i + 1]) == pair:
+            out.append(pair[0] + pair[1])
             i += 2
         else:
             out.append(symbols[i])
@@ -540,7 +449,7 @@ def _check_dict(data, kind: str, where: str) -> None:
     if not isinstance(data, dict) or data.get("type") != kind or "tokens" not in data:
         raise ValueError(f"{where}: data must be a dict with type={kind!r} and tokens, got "
                          f"{type(data).__name__} with type={data.get('type') if isinstance(data, dict) else None!r}")
-    tokens = data["tokens"]
+    tokens, merges = data["tokens"], data.get("merges", [])
     if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
         raise TypeError(f"{where}: data['tokens'] must be a list of str, got {tokens!r:.80}")
     if list(tokens[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
@@ -549,7 +458,6 @@ def _check_dict(data, kind: str, where: str) -> None:
         repeated = sorted(t for t, c in Counter(tokens).items() if c > 1)
         raise ValueError(f"{where}: data['tokens'] must not repeat a token (every later id would shift), "
                          f"got {repeated[:5]!r} more than once")
-    merges = data.get("merges", [])
     if not isinstance(merges, (list, tuple)) or not all(
             isinstance(m, (list, tuple)) and len(m) == 2 and all(isinstance(x, str) for x in m) for m in merges):
         raise TypeError(f"{where}: data['merges'] must be a list of [str, str] pairs, got {merges!r:.80}")
@@ -567,6 +475,15 @@ def _parse_json(text, where: str, what: str):
         raise ValueError(f"{where}: {what} does not hold valid JSON ({err})") from None
 
 
+def _read_text(path) -> str:
+    """A saved tokeniser's text: from a regular file only (a FIFO is refused, not waited on)."""
+    with files.open_regular(path, "tokenizer file") as f:
+        try:
+            return f.read().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
 def tokenizer_from_dict(data: dict):
     """A WordTokenizer or BPETokenizer from what its ``to_dict`` returned (checkpoints store that)."""
     kinds = {"word": WordTokenizer, "bpe": BPETokenizer}
@@ -580,16 +497,6 @@ def tokenizer_from_json(text: str):
     return tokenizer_from_dict(_parse_json(text, "tokenizer_from_json", "text"))
 
 
-def _read_text(path) -> str:
-    """A saved tokeniser's text: from a regular file only (a FIFO is refused, not waited on)."""
-    with files.open_regular(path, "tokenizer file") as f:
-        try:
-            return f.read().decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-
-
 def load_tokenizer(path):
     """Read a tokeniser saved with ``save(path)``, whichever kind it is."""
-    text = _read_text(path)
-    return tokenizer_from_dict(_parse_json(text, "load_tokenizer", f"path {str(path)!r}"))
+    return tokenizer_from_dict(_parse_json(_read_text(path), "load_tokenizer", f"path {str(path)!r}"))
