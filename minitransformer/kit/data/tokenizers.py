@@ -1,22 +1,12 @@
-"""Tokenisers: text <-> lists of token ids.
+"""Tokenisers: text <-> lists of token ids, with the special ids every model here relies on: <pad> = 0 (the loss
+and the masks ignore it), <bos> = 1 (starts the decoder input), <eos> = 2 (ends the target), <unk> = 3.
 
-Two tokenisers share one vocabulary class and the four special tokens every model here relies on:
-<pad> = 0 (the loss and the attention masks ignore it), <bos> = 1 (first token of the decoder input),
-<eos> = 2 (last token of the target; decoding stops there), <unk> = 3 (anything the vocabulary does not know).
-
-- ``WordTokenizer``: one id per word or punctuation mark; good for the toy corpus and for reading a model.
-- ``BPETokenizer``: byte-pair encoding (Sennrich, Haddow and Birch 2016), the subword scheme the paper uses
-  with one vocabulary shared by source and target: from single characters, it learns one merge at a time to
-  glue the most frequent adjacent pair of symbols into a new symbol.
-
-Both prepare a text the same way (``pieces``, for training and translating alike): lowercased when the tokeniser
-lowercases, split at whitespace, then into runs of letters/digits and single punctuation marks. BPE marks the
-last piece of a whitespace word with ``</w>`` so decoding knows where the spaces were, and merges never cross
-a piece boundary:   "the dog."  ->  the</w> | dog | .</w>
-A character BPE never saw becomes ``<unk>``, or ``<unk></w>`` when it ends a word, so its space survives.
-
-Vocabularies travel with checkpoints as JSON: ``to_dict`` / ``from_dict``, ``to_json`` / ``from_json``,
-``save(path)`` / ``load_tokenizer(path)``; ``tokenizer_from_dict`` / ``tokenizer_from_json`` pick the class.
+``WordTokenizer``: one id per word or punctuation mark (the toy corpus). ``BPETokenizer``: byte-pair encoding
+(Sennrich et al. 2016), the paper's subwords, one vocabulary for both sides. Both prepare text alike (``pieces``):
+lowercased if asked, split at spaces, then into runs of letters/digits and single punctuation marks; BPE marks a
+word's last piece with ``</w>`` so decoding finds the spaces ("the dog." -> the</w> | dog | .</w>), and an unseen
+character becomes <unk> (<unk></w> at a word's end, so its space survives). Vocabularies travel with checkpoints
+as JSON: ``to_dict``/``from_dict``, ``to_json``/``from_json``, ``save``/``load_tokenizer``.
 """
 
 from __future__ import annotations
@@ -39,9 +29,7 @@ SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 END_OF_WORD = "</w>"
 UNK_END_OF_WORD = SPECIAL_TOKENS[UNK] + END_OF_WORD     # BPE: an unknown character that ends a word
 
-# Pieces longer than this are learned from in parts of this length (``_learning_chunks``) and are not kept in
-# the encoding cache; they encode whole, as any piece does.
-MAX_LEARN_CHARS = 32
+MAX_LEARN_CHARS = 32     # longer pieces are learned from in parts (``_learning_chunks``) and not cached
 
 _PIECE_RE = re.compile(r"\w+|[^\w\s]")        # a run of letters/digits/underscore, or one other non-space
 
@@ -63,27 +51,20 @@ def _check_texts(texts, where: str) -> list:
 
 
 def readable_tokens(tokens) -> list[str]:
-    """Tokens as people write them, for labels: a BPE sequence (one holding a ``</w>`` token) loses its
-    end-of-word markers and each piece inside a word gets ``@@``, the subword-nmt way; specials stay as they are.
-    Any other list comes back unchanged.   ["a</w>", "orange", "farbenen</w>"] -> ["a", "orange@@", "farbenen"]"""
+    """Labels: a BPE sequence loses its </w> and a piece inside a word gets @@ (subword-nmt); other lists unchanged.
+    ["a</w>", "orange", "farbenen</w>"] -> ["a", "orange@@", "farbenen"]"""
     tokens = [str(t) for t in tokens]
     return [_readable_piece(t) for t in tokens] if any(t.endswith(END_OF_WORD) for t in tokens) else tokens
 
 
 def _readable_piece(token: str) -> str:
-    if token.endswith(END_OF_WORD):
-        return token[: -len(END_OF_WORD)]
-    return token if token in SPECIAL_TOKENS else token + "@@"
+    return token.removesuffix(END_OF_WORD) if token.endswith(END_OF_WORD) or token in SPECIAL_TOKENS else token + "@@"
 
 
 def split_pieces(text: str) -> list[tuple[str, bool]]:
     """Pre-tokenise: [(piece, ends_word)], ends_word True when a space (or the end) follows.
     "the dog." -> [("the", True), ("dog", False), (".", True)]"""
-    out = []
-    for word in text.split():
-        pieces = _PIECE_RE.findall(word)
-        out.extend((piece, i == len(pieces) - 1) for i, piece in enumerate(pieces))
-    return out
+    return [(p, i == len(ps) - 1) for word in text.split() for ps in [_PIECE_RE.findall(word)] for i, p in enumerate(ps)]
 
 
 class Vocab:
@@ -133,13 +114,15 @@ class Vocab:
 
 
 class _Tokenizer:
-    """What both tokenisers share: the special ids, the size, encoding piece by piece, decoding's checks, JSON."""
+    """What both tokenisers share: special ids, size, encoding piece by piece, checked decoding, JSON."""
 
     pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
     kind: str                                   # "word" | "bpe": the "type" of to_dict
-    vocab: Vocab
-    lowercase: bool
     _label = staticmethod(str)                  # a token as a plot labels it
+
+    def __init__(self, vocab: Vocab | None = None, lowercase: bool = False):
+        self.vocab = Vocab() if vocab is None else vocab
+        self.lowercase = bool(lowercase)
 
     @property
     def vocab_size(self) -> int:
@@ -149,8 +132,7 @@ class _Tokenizer:
         return len(self.vocab)
 
     def pieces(self, text: str) -> list[tuple[str, bool]]:
-        """How this tokeniser prepares a text, for training and translating alike: lowercased if it lowercases,
-        then ``split_pieces``. -> [(piece, ends_word)]"""
+        """A text prepared for training and translating alike. -> [(piece, ends_word)]"""
         return split_pieces(text.lower() if self.lowercase else text)
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
@@ -159,26 +141,22 @@ class _Tokenizer:
         return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
 
     def unknown_words(self, text: str) -> list[str]:
-        """The pieces of text (as ``pieces`` prepares them) that read as <unk>, each once, in order: a word the
-        vocabulary lacks, or (BPE) a piece with a character it never saw."""
+        """The pieces of text that read as <unk> (or hold a character BPE never saw), each once, in order."""
         _check_text(text, f"{type(self).__name__}.unknown_words")
         unk = (UNK, self.vocab[UNK_END_OF_WORD])
         return list(dict.fromkeys(p for p, end in self.pieces(text) if any(i in unk for i in self._piece_ids((p, end)))))
 
     def token_labels(self, ids) -> list[str]:
-        """The tokens of ids, specials included, as people write them (plot labels): a word is itself; a BPE
-        piece loses its ``</w>`` and a piece inside a word gets ``@@`` ("orange@@ farbenen")."""
+        """The tokens of ids, specials included, as plot labels ("orange@@ farbenen" for BPE)."""
         return [self._label(t) for t in self._ids_to_tokens(ids, False, f"{type(self).__name__}.token_labels")]
 
     def _ids_to_tokens(self, ids, skip_special: bool, where: str) -> list[str]:
         """The tokens of ids (each an int in [0, V)); skip_special: stop at the first <eos>, drop <pad> and <bos>."""
-        if isinstance(ids, numpy.ndarray):
-            if ids.ndim != 1 or ids.dtype.kind not in "iu":
-                raise ValueError(f"{where}: ids must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
-            ids = ids.tolist()
-        elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        if isinstance(ids, numpy.ndarray) and (ids.ndim != 1 or ids.dtype.kind not in "iu"):
+            raise ValueError(f"{where}: ids must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
             raise TypeError(f"{where}: ids must be a list of int, got {type(ids).__name__}")
-        ids = list(ids)
+        ids = ids.tolist() if isinstance(ids, numpy.ndarray) else list(ids)
         for pos, i in enumerate(ids):
             if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
                 raise TypeError(f"{where}: ids must be ints, got {type(i).__name__} at ids[{pos}]")
@@ -206,8 +184,7 @@ class _Tokenizer:
 
     def save(self, path) -> Path:
         """Write the vocabulary (and merges) as UTF-8 JSON."""
-        path = Path(path)
-        path.write_text(self.to_json(), encoding="utf-8")
+        (path := Path(path)).write_text(self.to_json(), encoding="utf-8")
         return path
 
     @classmethod
@@ -216,17 +193,10 @@ class _Tokenizer:
 
 
 class WordTokenizer(_Tokenizer):
-    """One id per word or punctuation mark; unknown words become <unk>.
-
-    tokenize("The dog, too.") -> ["The", "dog", ",", "too", "."]   (["the", ...] with lowercase=True)
-    decode joins the tokens with single spaces: exact on text written that way (the toy corpus).
-    """
+    """One id per word or punctuation mark, unknown words <unk>: "The dog, too." -> The dog , too . (decode joins
+    with single spaces: exact on text written that way, the toy corpus)."""
 
     kind = "word"
-
-    def __init__(self, vocab: Vocab | None = None, lowercase: bool = False):
-        self.vocab = Vocab() if vocab is None else vocab
-        self.lowercase = bool(lowercase)
 
     @classmethod
     def build(cls, texts, min_freq: int = 1, max_size: int | None = None, lowercase: bool = False) -> WordTokenizer:
@@ -248,28 +218,18 @@ class WordTokenizer(_Tokenizer):
 
 
 class BPETokenizer(_Tokenizer):
-    """Byte-pair encoding with an end-of-word marker; one vocabulary for source and target, as in the paper.
-
-    Learning: every piece starts as its characters, the last marked ``</w>`` when the piece ends a word
-    ("dog" at a word's end: d o g</w>). Count adjacent symbol pairs over the corpus (weighted by how often each
-    piece occurs), merge the most frequent pair everywhere (ties: the alphabetically first), record the merge,
-    repeat. The vocabulary: the specials, every character seen (plain and with </w>), one symbol per merge,
-    and last ``<unk></w>`` (last, so that a vocabulary saved without it keeps every other id, loads unchanged
-    and encodes an unknown word end as plain <unk>).
-
-    Encoding applies the merges in the order they were learned (the lowest-ranked pair present first), which
-    reproduces the training segmentation; pieces are cached, so a corpus costs one BPE run per distinct word.
-    Decoding concatenates the symbols and turns each ``</w>`` back into a space, so
-    ``decode(encode(text)) == " ".join(text.split())`` (lowercased if the tokeniser lowercases) whenever every
-    character of text was seen in training; an unseen character reads ``<unk>``, the spaces where they were.
-    """
+    """Byte-pair encoding with an end-of-word marker. Learning starts each piece as its characters (d o g</w>),
+    then again and again merges the most frequent adjacent pair (ties: alphabetical) and records the merge.
+    Vocabulary: specials, every character seen (plain and with </w>), one symbol per merge, last <unk></w> (last,
+    so a vocabulary saved without it keeps every other id). Encoding applies the merges in learned order, which
+    reproduces the training segmentation; ``decode(encode(text)) == " ".join(text.split())`` (lowercased if it
+    lowercases) when every character was seen in training."""
 
     kind = "bpe"
     _label = staticmethod(_readable_piece)
 
     def __init__(self, vocab: Vocab | None = None, merges=(), lowercase: bool = False):
-        self.vocab = Vocab() if vocab is None else vocab
-        self.lowercase = bool(lowercase)
+        super().__init__(vocab, lowercase)
         self.merges: list[tuple[str, str]] = [tuple(m) for m in merges]
         self.ranks: dict[tuple[str, str], int] = {pair: r for r, pair in enumerate(self.merges)}
         self._cache: dict[tuple[str, bool], tuple[int, ...]] = {}
@@ -277,11 +237,8 @@ class BPETokenizer(_Tokenizer):
     @classmethod
     def learn(cls, texts, vocab_size: int | None = None, num_merges: int | None = None,
               min_frequency: int = 2, lowercase: bool = False) -> BPETokenizer:
-        """Learn merges from texts (list of str; for a shared vocabulary pass source and target texts together).
-
-        Give exactly one of vocab_size (the final size, specials included) or num_merges. Learning stops early
-        when no pair occurs min_frequency times. lowercase: lowercase every text before learning and encoding.
-        """
+        """Learn merges from texts (list of str; source and target together for a shared vocabulary). Give exactly
+        one of vocab_size (specials included) or num_merges; stops early when no pair occurs min_frequency times."""
         texts = _check_texts(texts, "BPETokenizer.learn")
         if (vocab_size is None) == (num_merges is None):
             raise ValueError("BPETokenizer.learn: give exactly one of vocab_size or num_merges, "
@@ -292,8 +249,8 @@ class BPETokenizer(_Tokenizer):
         checks.positive_int("BPETokenizer.learn", "min_frequency", min_frequency)
 
         # Distinct pieces (prepared as encode will) and their counts; each piece as a list of symbols.
-        reader = cls(lowercase=lowercase)
-        piece_counts = Counter(chunk for text in texts for p in reader.pieces(text) for chunk in _learning_chunks(*p))
+        piece_counts = Counter(chunk for text in texts for p in cls(lowercase=lowercase).pieces(text)
+                               for chunk in _learning_chunks(*p))
         words = [_initial_symbols(piece, ends_word) for piece, ends_word in piece_counts]
         freqs = list(piece_counts.values())
 
@@ -334,23 +291,17 @@ class BPETokenizer(_Tokenizer):
                 new = _merge_pair(old, pair)
                 if new is old:
                     continue
-                for p in itertools.pairwise(old):               # take the word's old pairs out ...
-                    if p[0] in touched or p[1] in touched:
-                        delta[p] -= freqs[w]
-                for p in itertools.pairwise(new):               # ... and put its new pairs in
-                    if p[0] in touched or p[1] in touched:
-                        delta[p] += freqs[w]
-                        if merged in p:
-                            where.setdefault(p, set()).add(w)
+                for sign, symbols in ((-1, old), (1, new)):     # the word's old pairs out, its new pairs in
+                    for p in itertools.pairwise(symbols):
+                        if p[0] in touched or p[1] in touched:
+                            delta[p] += sign * freqs[w]
+                            if sign > 0 and merged in p:
+                                where.setdefault(p, set()).add(w)
                 words[w] = new
             for p, d in delta.items():                          # a pair whose count is unchanged keeps its entry
-                if d:
-                    c = pair_counts[p] + d
-                    if c > 0:
-                        pair_counts[p] = c
-                        heapq.heappush(heap, (-c, p))
-                    else:
-                        del pair_counts[p]
+                if d and (c := pair_counts.pop(p, 0) + d) > 0:
+                    pair_counts[p] = c
+                    heapq.heappush(heap, (-c, p))
         vocab.add(UNK_END_OF_WORD)
         return cls(vocab, merges, lowercase=lowercase)
 
@@ -359,8 +310,7 @@ class BPETokenizer(_Tokenizer):
         return [self.vocab.itos[i] for i in self.encode(_check_text(text, "BPETokenizer.tokenize"))]
 
     def _piece_ids(self, piece: tuple[str, bool]) -> tuple[int, ...]:
-        """A piece's ids; an unseen character is <unk>, or <unk></w> when it ends a word (plain <unk> in a
-        vocabulary saved without <unk></w>)."""
+        """A piece's ids, cached; an unseen character is <unk>, or <unk></w> (if the vocabulary has it) at the end."""
         cached = self._cache.get(piece)
         if cached is None:
             unk_end = self.vocab[UNK_END_OF_WORD]
@@ -371,13 +321,10 @@ class BPETokenizer(_Tokenizer):
         return cached
 
     def _apply_merges(self, symbols: list[str]) -> list[str]:
-        """Merge the lowest-ranked (earliest learned) adjacent pair, every occurrence left to right, again and
-        again until no adjacent pair is a merge: the order learning merged them in.
-
-        O(n log n) for a word of n symbols: the symbols form a linked list (``after``, ``before``; a symbol merged
-        into its left neighbour becomes None) and a heap holds (rank, position) of every mergeable pair. The heap
-        hands over all pairs of the lowest rank at once, in position order: the left-to-right pass. An entry whose
-        symbols changed since it was pushed is skipped; each merge removes a symbol and pushes at most two pairs."""
+        """Merge the lowest-ranked adjacent pair, every occurrence left to right, until none is a merge. O(n log n):
+        the symbols form a linked list (a symbol merged into its left neighbour becomes None), a heap holds (rank,
+        position) of each mergeable pair and hands over a whole rank in position order (the left-to-right pass);
+        stale entries are skipped, and each merge removes a symbol and pushes at most two pairs."""
         n = len(symbols)
         symbols = list(symbols)
         after, before = list(range(1, n + 1)), list(range(-1, n - 1))         # n / -1: no neighbour
@@ -414,20 +361,15 @@ class BPETokenizer(_Tokenizer):
 
 
 def _learning_chunks(piece: str, ends_word: bool):
-    """What learning counts pairs in: the piece, or a piece longer than MAX_LEARN_CHARS cut into parts of that
-    many characters (the last keeps ends_word). A merge rewrites every part that holds its pair, so an uncut
-    piece of n characters would cost O(n) per merge; the pairs across a cut (one per MAX_LEARN_CHARS characters
-    of a word longer than any real one) are not counted."""
+    """A piece cut into parts of MAX_LEARN_CHARS (the last keeps ends_word): a merge rewrites every part holding
+    its pair, so an uncut piece would cost O(n) per merge; the few pairs across a cut are not counted."""
     for start in range(0, len(piece), MAX_LEARN_CHARS):
         yield piece[start:start + MAX_LEARN_CHARS], ends_word and start + MAX_LEARN_CHARS >= len(piece)
 
 
 def _initial_symbols(piece: str, ends_word: bool) -> list[str]:
     """'dog', True -> ['d', 'o', 'g</w>']"""
-    symbols = list(piece)
-    if ends_word:
-        symbols[-1] += END_OF_WORD
-    return symbols
+    return list(piece[:-1]) + [piece[-1] + END_OF_WORD] if ends_word else list(piece)
 
 
 def _merge_pair(symbols: list[str], pair: tuple[str, str]) -> list[str]:
@@ -455,9 +397,8 @@ def _check_dict(data, kind: str, where: str) -> None:
     if list(tokens[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
         raise ValueError(f"{where}: data's tokens must start with {SPECIAL_TOKENS}, got {tokens[:4]!r}")
     if len(set(tokens)) != len(tokens):
-        repeated = sorted(t for t, c in Counter(tokens).items() if c > 1)
-        raise ValueError(f"{where}: data['tokens'] must not repeat a token (every later id would shift), "
-                         f"got {repeated[:5]!r} more than once")
+        raise ValueError(f"{where}: data['tokens'] must not repeat a token (every later id would shift), got "
+                         f"{sorted(t for t, c in Counter(tokens).items() if c > 1)[:5]!r} more than once")
     if not isinstance(merges, (list, tuple)) or not all(
             isinstance(m, (list, tuple)) and len(m) == 2 and all(isinstance(x, str) for x in m) for m in merges):
         raise TypeError(f"{where}: data['merges'] must be a list of [str, str] pairs, got {merges!r:.80}")
