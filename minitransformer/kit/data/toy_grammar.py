@@ -13,20 +13,20 @@ attention, because German does not keep the English word order and marks what En
 - verb-final subordinate clauses:      "... because the dog sees the cat" -> "... , weil der hund die katze sieht"
 - plural (and its dative -n), "in dem" -> "im", "a" / "an".
 
-Everything is lowercase and every punctuation mark is its own space-separated token on both sides, so
-a word tokeniser and BLEU's 13a tokenisation see the same tokens.
-
-Determinism: the only source of randomness is ``random.Random(seed).random()``, whose sequence Python
-guarantees across versions, so the same seed writes the same corpus everywhere. Sentences are drawn until
-there are enough distinct pairs; the first ``SPLIT_SIZES["train"]`` go to train, the next to valid and test,
-so no sentence (English or German) appears in two splits.
+Everything is lowercase, every punctuation mark its own token, so a word tokeniser and BLEU's 13a see the same
+tokens. The only randomness is ``random.Random(seed).random()``, whose sequence Python keeps across versions:
+the same seed writes the same corpus everywhere. Distinct pairs are drawn and split in order (train, valid,
+test), so no sentence of either language is in two splits.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import namedtuple
 from pathlib import Path
+
+from minitransformer import checks
 
 DEFAULT_SEED = 0
 SPLITS = ("train", "valid", "test")
@@ -35,59 +35,33 @@ MIN_TOKENS, MAX_TOKENS = 5, 20          # sentence length in tokens, both sides,
 
 # ----------------------------------------------------------------------------- the lexicon
 
-# en, en_pl: English singular and plural. de, de_pl: German singular and plural; de_dat_pl the dative plural
-# (plural + "n" unless it already ends in -n or -s). gender: "m" | "f" | "n". kind: what the noun can do.
+# A noun: English singular and plural; German singular, plural and dative plural (plural + "n" unless it ends in
+# -n or -s); gender "m" | "f" | "n"; kind, what the noun can do. The table: kind, gender, then its nouns.
 Noun = namedtuple("Noun", "en en_pl de de_pl de_dat_pl gender kind")
+_NOUN_TABLE = """
+person m  man men mann männer | father fathers vater väter | teacher teachers lehrer lehrer
+person f  woman women frau frauen | mother mothers mutter mütter
+person n  child children kind kinder | girl girls mädchen mädchen
+animal m  dog dogs hund hunde | bird birds vogel vögel
+animal f  cat cats katze katzen | mouse mice maus mäuse
+animal n  horse horses pferd pferde
+thing m   ball balls ball bälle | key keys schlüssel schlüssel | apple apples apfel äpfel | letter letters brief briefe
+thing f   flower flowers blume blumen | lamp lamps lampe lampen | cup cups tasse tassen
+thing n   book books buch bücher | picture pictures bild bilder | bread breads brot brote | car cars auto autos
+place m   garden gardens garten gärten | park parks park parks
+place f   school schools schule schulen | kitchen kitchens küche küchen
+place n   house houses haus häuser
+"""
+NOUNS = [Noun(en, en_pl, de, pl, pl if pl.endswith(("n", "s")) else pl + "n", gender, kind)
+         for kind, gender, rest in (line.split(maxsplit=2) for line in _NOUN_TABLE.strip().splitlines())
+         for en, en_pl, de, pl in (entry.split() for entry in rest.split("|"))]
 
-NOUNS = [
-    Noun("man", "men", "mann", "männer", "männern", "m", "person"),
-    Noun("father", "fathers", "vater", "väter", "vätern", "m", "person"),
-    Noun("teacher", "teachers", "lehrer", "lehrer", "lehrern", "m", "person"),
-    Noun("woman", "women", "frau", "frauen", "frauen", "f", "person"),
-    Noun("mother", "mothers", "mutter", "mütter", "müttern", "f", "person"),
-    Noun("child", "children", "kind", "kinder", "kindern", "n", "person"),
-    Noun("girl", "girls", "mädchen", "mädchen", "mädchen", "n", "person"),
-    Noun("dog", "dogs", "hund", "hunde", "hunden", "m", "animal"),
-    Noun("bird", "birds", "vogel", "vögel", "vögeln", "m", "animal"),
-    Noun("cat", "cats", "katze", "katzen", "katzen", "f", "animal"),
-    Noun("mouse", "mice", "maus", "mäuse", "mäusen", "f", "animal"),
-    Noun("horse", "horses", "pferd", "pferde", "pferden", "n", "animal"),
-    Noun("ball", "balls", "ball", "bälle", "bällen", "m", "thing"),
-    Noun("key", "keys", "schlüssel", "schlüssel", "schlüsseln", "m", "thing"),
-    Noun("apple", "apples", "apfel", "äpfel", "äpfeln", "m", "thing"),
-    Noun("letter", "letters", "brief", "briefe", "briefen", "m", "thing"),
-    Noun("flower", "flowers", "blume", "blumen", "blumen", "f", "thing"),
-    Noun("lamp", "lamps", "lampe", "lampen", "lampen", "f", "thing"),
-    Noun("cup", "cups", "tasse", "tassen", "tassen", "f", "thing"),
-    Noun("book", "books", "buch", "bücher", "büchern", "n", "thing"),
-    Noun("picture", "pictures", "bild", "bilder", "bildern", "n", "thing"),
-    Noun("bread", "breads", "brot", "brote", "broten", "n", "thing"),
-    Noun("car", "cars", "auto", "autos", "autos", "n", "thing"),
-    Noun("garden", "gardens", "garten", "gärten", "gärten", "m", "place"),
-    Noun("park", "parks", "park", "parks", "parks", "m", "place"),
-    Noun("school", "schools", "schule", "schulen", "schulen", "f", "place"),
-    Noun("kitchen", "kitchens", "küche", "küchen", "küchen", "f", "place"),
-    Noun("house", "houses", "haus", "häuser", "häusern", "n", "place"),
-]
-
-# German adjectives: the stem takes the ending, the predicative form stands after "ist" (müde: stem "müd").
+# English, then the German predicative form (after "ist"); the stem that takes an ending drops a final e (müd-).
 Adjective = namedtuple("Adjective", "en stem predicative")
-
-ADJECTIVES = [
-    Adjective("big", "groß", "groß"),
-    Adjective("small", "klein", "klein"),
-    Adjective("old", "alt", "alt"),
-    Adjective("young", "jung", "jung"),
-    Adjective("new", "neu", "neu"),
-    Adjective("red", "rot", "rot"),
-    Adjective("black", "schwarz", "schwarz"),
-    Adjective("white", "weiß", "weiß"),
-    Adjective("beautiful", "schön", "schön"),
-    Adjective("fast", "schnell", "schnell"),
-    Adjective("hungry", "hungrig", "hungrig"),
-    Adjective("tired", "müd", "müde"),
-    Adjective("happy", "glücklich", "glücklich"),
-]
+ADJECTIVES = [Adjective(en, de.removesuffix("e"), de) for en, de in [
+    ("big", "groß"), ("small", "klein"), ("old", "alt"), ("young", "jung"), ("new", "neu"), ("red", "rot"),
+    ("black", "schwarz"), ("white", "weiß"), ("beautiful", "schön"), ("fast", "schnell"), ("hungry", "hungrig"),
+    ("tired", "müde"), ("happy", "glücklich")]]
 ANIMATE_PREDICATES = ["big", "small", "old", "young", "fast", "hungry", "tired", "happy"]
 THING_PREDICATES = ["big", "small", "old", "new", "red", "black", "white", "beautiful"]
 _ADJ = {a.en: a for a in ADJECTIVES}
@@ -287,47 +261,34 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
 
 
 def generate_corpus(seed: int = DEFAULT_SEED, sizes: dict | None = None) -> dict:
-    """The toy corpus: {split: [(english, german), ...]} for train, valid and test, disjoint and deterministic.
-
-    sizes: number of pairs per split (default SPLIT_SIZES). Same seed and sizes -> the same corpus.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"generate_corpus: seed must be a non-negative int, got {seed!r}")
+    """The toy corpus: {split: [(english, german), ...]}, disjoint and deterministic; sizes: pairs per split."""
+    checks.int_in("generate_corpus", "seed", seed, 0, 2**63 - 1)
     sizes = dict(SPLIT_SIZES if sizes is None else sizes)
     if set(sizes) != set(SPLITS) or any(not isinstance(n, int) or n < 0 for n in sizes.values()):
         raise ValueError(f"generate_corpus: sizes must map each of {SPLITS} to a non-negative int, got {sizes!r}")
-    rng = random.Random(seed)
+    rng, wanted = random.Random(seed), sum(sizes.values())
     pairs, seen_en, seen_de = [], set(), set()
-    wanted = sum(sizes.values())
-    attempts = 0
-    while len(pairs) < wanted:
-        attempts += 1
-        if attempts > 50 * wanted + 1000:
-            raise RuntimeError(f"generate_corpus: could not draw {wanted} distinct pairs")
+    for _ in range(50 * wanted + 1000):
+        if len(pairs) == wanted:
+            break
         en, de = sentence_pair(rng)
-        n_en, n_de = en.count(" ") + 1, de.count(" ") + 1
-        if not (MIN_TOKENS <= n_en <= MAX_TOKENS and MIN_TOKENS <= n_de <= MAX_TOKENS):
-            continue
-        if en in seen_en or de in seen_de:                # distinct on both sides: splits cannot overlap
-            continue
-        seen_en.add(en)
-        seen_de.add(de)
-        pairs.append((en, de))
-    corpus, start = {}, 0
-    for split in SPLITS:
-        corpus[split] = pairs[start:start + sizes[split]]
-        start += sizes[split]
-    return corpus
+        if MIN_TOKENS <= en.count(" ") + 1 <= MAX_TOKENS and MIN_TOKENS <= de.count(" ") + 1 <= MAX_TOKENS \
+                and en not in seen_en and de not in seen_de:   # distinct on both sides: splits cannot overlap
+            seen_en.add(en)
+            seen_de.add(de)
+            pairs.append((en, de))
+    if len(pairs) < wanted:
+        raise RuntimeError(f"generate_corpus: could not draw {wanted} distinct pairs")
+    ends = list(itertools.accumulate(sizes[split] for split in SPLITS))
+    return {split: pairs[end - sizes[split]:end] for split, end in zip(SPLITS, ends)}
 
 
 def write_corpus(corpus: dict, directory) -> list[Path]:
     """Write {split}.en.txt and {split}.de.txt (UTF-8, one sentence a line) under directory. -> the paths written."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    (directory := Path(directory)).mkdir(parents=True, exist_ok=True)
     written = []
-    for split, pairs in corpus.items():
-        for side, lang in enumerate(("en", "de")):
-            path = directory / f"{split}.{lang}.txt"
-            path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
-            written.append(path)
+    for (split, pairs), (side, lang) in itertools.product(corpus.items(), enumerate(("en", "de"))):
+        path = directory / f"{split}.{lang}.txt"
+        path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
+        written.append(path)
     return written
