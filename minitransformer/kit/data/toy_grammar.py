@@ -262,7 +262,7 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
 
 def generate_corpus(seed: int = DEFAULT_SEED, sizes: dict | None = None) -> dict:
     """The toy corpus: {split: [(english, german), ...]}, disjoint and deterministic; sizes: pairs per split."""
-    checks.int_in("generate_corpus", "seed", seed, 0, 2**63 - 1)
+    seed = checks.int_in("generate_corpus", "seed", seed, 0, 2**63 - 1)
     sizes = dict(SPLIT_SIZES if sizes is None else sizes)
     if set(sizes) != set(SPLITS) or any(not isinstance(n, int) or n < 0 for n in sizes.values()):
         raise ValueError(f"generate_corpus: sizes must map each of {SPLITS} to a non-negative int, got {sizes!r}")
