@@ -89,9 +89,6 @@ def _check_langs(src_lang: str, tgt_lang: str, where: str) -> None:
                          f"got {src_lang!r} -> {tgt_lang!r}")
 
 
-# ----------------------------------------------------------------------------- toy corpus
-
-
 def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
              directory=None) -> list[tuple[str, str]]:
     """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs. directory: where
@@ -105,9 +102,6 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
         return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
     pairs = toy_grammar.generate_corpus()[split]                       # (en, de)
     return pairs if src_lang == "en" else [(de, en) for en, de in pairs]
-
-
-# ----------------------------------------------------------------------------- Multi30k
 
 
 def multi30k_dir() -> Path:

@@ -122,9 +122,6 @@ ADJECTIVE_ENDINGS = {
     "none": {"nom": {"pl": "e"}, "acc": {"pl": "e"}, "dat": {"pl": "en"}},
 }
 
-# ----------------------------------------------------------------------------- random choices
-
-
 def _pick(rng: random.Random, items):
     """One item, using only rng.random() (the call whose sequence Python keeps stable)."""
     return items[int(rng.random() * len(items))]
@@ -134,17 +131,11 @@ def _chance(rng: random.Random, p: float) -> bool:
     return rng.random() < p
 
 
-# ----------------------------------------------------------------------------- phrases
-
-
 def noun_phrase(rng: random.Random, kinds, case: str, adjective_p: float = 0.35):
     """A noun phrase in both languages.   -> (English tokens, German tokens, "sg" | "pl")"""
     noun = _pick(rng, [n for n in NOUNS if n.kind in kinds])
     number = "pl" if _chance(rng, 0.3) else "sg"
-    if number == "pl":
-        det = "def" if _chance(rng, 0.6) else "none"
-    else:
-        det = "def" if _chance(rng, 0.65) else "indef"
+    det = ("def" if _chance(rng, 0.6) else "none") if number == "pl" else ("def" if _chance(rng, 0.65) else "indef")
     adjective = _ADJ[_pick(rng, THING_PREDICATES if noun.kind in ("thing", "place") else ANIMATE_PREDICATES)] \
         if _chance(rng, adjective_p) else None
 
@@ -194,17 +185,14 @@ def clause(rng: random.Random, pp_p: float) -> Clause:
 
     verb = _pick(rng, VERBS)
     en_subj, de_subj, number = noun_phrase(rng, verb.subj, "nom")
-    en_obj, de_obj = [], []
+    objects = []                                          # (English, German) of each object, then a phrase
     if verb.frame in ("dat", "dat_acc"):
-        kinds = ANIMATE if verb.frame == "dat_acc" else verb.obj
-        e, d, _ = noun_phrase(rng, kinds, "dat")
-        en_obj, de_obj = en_obj + e, de_obj + d
+        objects.append(noun_phrase(rng, ANIMATE if verb.frame == "dat_acc" else verb.obj, "dat")[:2])
     if verb.frame in ("acc", "dat_acc"):
-        e, d, _ = noun_phrase(rng, verb.obj, "acc")
-        en_obj, de_obj = en_obj + e, de_obj + d
+        objects.append(noun_phrase(rng, verb.obj, "acc")[:2])
     if _chance(rng, pp_p):
-        e, d = prepositional_phrase(rng)
-        en_obj, de_obj = en_obj + e, de_obj + d
+        objects.append(prepositional_phrase(rng))
+    en_obj, de_obj = [w for e, _ in objects for w in e], [w for _, d in objects for w in d]
 
     singular = number == "sg"
     if _chance(rng, 0.3):                                 # perfect: has seen / hat ... gesehen
@@ -225,9 +213,6 @@ def _inverted(c: Clause) -> list:
 
 def _subordinate(c: Clause) -> list:
     return c.subj + c.middle + c.end + c.finite
-
-
-# ----------------------------------------------------------------------------- sentences
 
 
 def sentence_pair(rng: random.Random) -> tuple[str, str]:
