@@ -24,14 +24,10 @@ MAX_ORDER = 4
 
 # The 13a tokeniser, rule by rule (applied in this order, each with re.sub over the whole line).
 _13A_RULES = [
-    # split off ASCII punctuation other than . , ' - (those get their own rules or none)
-    (re.compile("([" + re.escape("{|}~[\\]^_`!\"#$%&()*+:;<=>?@/") + "])"), r" \1 "),
-    # a period or comma after a non-digit
-    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),
-    # a period or comma before a non-digit
-    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),
-    # a dash after a digit
-    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
+    (re.compile("([" + re.escape("{|}~[\\]^_`!\"#$%&()*+:;<=>?@/") + "])"), r" \1 "),  # punctuation but . , ' -
+    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),      # a period or comma after a non-digit
+    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),      # a period or comma before a non-digit
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),           # a dash after a digit
 ]
 
 

@@ -22,7 +22,6 @@ import numpy
 
 from minitransformer import checks
 from minitransformer.kit.data.batching import Batch, ResumableBatches, collate
-from minitransformer.kit.data.tokenizers import BOS, EOS, PAD
 
 FIRST_SYMBOL = 4                      # after <pad>, <bos>, <eos>, <unk>
 HELDOUT_SEED = 1_000_003
@@ -65,7 +64,7 @@ class SequenceTask:
     def batch(self, seed: int, epoch: int, index: int, batch_size: int) -> Batch:
         """Batch ``index`` of ``epoch``: a deterministic function of (seed, epoch, index)."""
         rng = numpy.random.default_rng([int(seed), int(epoch), int(index)])
-        return collate(self.sample(rng, batch_size), pad_id=PAD, bos_id=BOS, eos_id=EOS)
+        return collate(self.sample(rng, batch_size))
 
     def heldout(self, n: int = 1000) -> list:
         """The held-out set: ``n`` (src, tgt) pairs, the same for every training seed."""
@@ -96,8 +95,7 @@ class TaskBatches(ResumableBatches):
 
 def heldout_batches(pairs: list, batch_size: int = 250) -> list:
     """The held-out pairs as padded batches (in order), e.g. for a validation loss."""
-    return [collate(pairs[i:i + batch_size], pad_id=PAD, bos_id=BOS, eos_id=EOS)
-            for i in range(0, len(pairs), batch_size)]
+    return [collate(pairs[i:i + batch_size]) for i in range(0, len(pairs), batch_size)]
 
 
 def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None = None, beam_size: int = 1,
@@ -113,11 +111,8 @@ def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None =
     correct = 0
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        length = max(len(pairs[i][0]) for i in idx)
-        src = numpy.full((len(idx), length), PAD, dtype=numpy.int64)                   # (B,S)
-        for row, i in enumerate(idx):
-            src[row, :len(pairs[i][0])] = pairs[i][0]
-        limit = max_len if max_len is not None else length + 2
+        src = collate([pairs[i] for i in idx]).src                                      # (B,S)
+        limit = max_len if max_len is not None else src.shape[1] + 2
         hyps = (beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=limit) if beam_size > 1
                 else greedy_decode(model, src, max_len=limit))
         correct += sum(list(h) == list(pairs[i][1]) for h, i in zip(hyps, idx))
