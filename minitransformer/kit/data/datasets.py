@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import itertools
 import os
 import shutil
 import tempfile
@@ -122,11 +123,9 @@ def _multi30k_split(split: str, where: str) -> str:
 
 def _names(value, name: str, where: str) -> list:
     """splits or langs as a list: one name may come as a plain str ("val" means ["val"])."""
-    if isinstance(value, str):
-        return [value]
-    if not hasattr(value, "__iter__"):
+    if not isinstance(value, str) and not hasattr(value, "__iter__"):
         raise TypeError(f"{where}: {name} must be a str or a list of str, got {type(value).__name__}")
-    return list(value)
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _find_file(directory: Path, split: str, lang: str) -> Path:
@@ -159,30 +158,28 @@ def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LAN
     where = "download_multi30k"
     splits = [_multi30k_split(split, where) for split in _names(splits, "splits", where)]
     langs = _names(langs, "langs", where)
-    for lang in langs:
-        if lang not in MULTI30K_LANGS:
-            raise ValueError(f"{where}: langs must be among {MULTI30K_LANGS}, got {lang!r}")
+    if bad := [lang for lang in langs if lang not in MULTI30K_LANGS]:
+        raise ValueError(f"{where}: langs must be among {MULTI30K_LANGS}, got {bad[0]!r}")
     directory = (multi30k_dir() if directory is None else Path(directory)).expanduser()
     opener = urllib.request.urlopen if opener is None else opener
     base_url = base_url if base_url.endswith("/") else base_url + "/"
     directory.mkdir(parents=True, exist_ok=True)
-    for split in splits:
-        for lang in langs:
-            target = directory / f"{split}.{lang}.gz"
-            if target.exists() and not overwrite:
-                continue
-            url = base_url + target.name
-            fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as out, opener(url) as response:
-                    shutil.copyfileobj(response, out)
-                with gzip.open(tmp, "rt", encoding="utf-8") as f:   # a truncated or HTML file fails here
-                    for _ in f:
-                        pass
-                os.replace(tmp, target)
-            except BaseException as err:
-                Path(tmp).unlink(missing_ok=True)
-                if isinstance(err, (OSError, EOFError, UnicodeDecodeError)):
-                    raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
-                raise
+    for split, lang in itertools.product(splits, langs):
+        target = directory / f"{split}.{lang}.gz"
+        if target.exists() and not overwrite:
+            continue
+        url = base_url + target.name
+        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as out, opener(url) as response:
+                shutil.copyfileobj(response, out)
+            with gzip.open(tmp, "rt", encoding="utf-8") as f:       # a truncated or HTML file fails here
+                for _ in f:
+                    pass
+            os.replace(tmp, target)
+        except BaseException as err:
+            Path(tmp).unlink(missing_ok=True)
+            if isinstance(err, (OSError, EOFError, UnicodeDecodeError)):
+                raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
+            raise
     return directory
