@@ -203,16 +203,12 @@ def clause(rng: random.Random, pp_p: float) -> Clause:
     return Clause(en, de_subj, [verb.de if singular else verb.de_pl], de_obj, [], "present")
 
 
-def _main(c: Clause) -> list:
-    return c.subj + c.finite + c.middle + c.end
+_ORDERS = {"main": "subj finite middle end", "inverted": "finite subj middle end", "sub": "subj middle end finite"}
 
 
-def _inverted(c: Clause) -> list:
-    return c.finite + c.subj + c.middle + c.end
-
-
-def _subordinate(c: Clause) -> list:
-    return c.subj + c.middle + c.end + c.finite
+def _german(c: Clause, order: str) -> list:
+    """The German words of a clause in one of the three orders of ``clause``'s docstring."""
+    return [word for part in _ORDERS[order].split() for word in getattr(c, part)]
 
 
 def sentence_pair(rng: random.Random) -> tuple[str, str]:
@@ -222,26 +218,26 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
         c = clause(rng, pp_p=0.35)
         if shape == "fronted":                           # verb second: the finite verb moves before the subject
             en_time, de_time = _pick(rng, TIME_PERFECT if c.tense == "perfect" else TIME_PRESENT)
-            en, de = en_time.split() + c.en, de_time.split() + _inverted(c)
+            en, de = en_time.split() + c.en, de_time.split() + _german(c, "inverted")
         else:
-            en, de = c.en, _main(c)
+            en, de = c.en, _german(c, "main")
     elif shape == "then_sub":                            # main clause, then a verb-final subordinate clause
         main, sub = clause(rng, pp_p=0.25), clause(rng, pp_p=0.15)
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = main.en + [en_conj] + sub.en
-        de = _main(main) + [",", de_conj] + _subordinate(sub)
+        de = _german(main, "main") + [",", de_conj] + _german(sub, "sub")
     elif shape == "sub_first":                           # subordinate clause first: the main clause starts with its verb
         sub, main = clause(rng, pp_p=0.15), clause(rng, pp_p=0.25)
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = [en_conj] + sub.en + [","] + main.en
-        de = [de_conj] + _subordinate(sub) + [","] + _inverted(main)
+        de = [de_conj] + _german(sub, "sub") + [","] + _german(main, "inverted")
     else:                                                # "the woman says that ..." -> "die frau sagt , dass ..."
         en_subj, de_subj, number = noun_phrase(rng, ("person",), "nom")
         en_verb, en_verb_pl, de_verb, de_verb_pl = _pick(rng, REPORT_VERBS)
         sub = clause(rng, pp_p=0.2)
         singular = number == "sg"
         en = en_subj + [en_verb if singular else en_verb_pl, "that"] + sub.en
-        de = de_subj + [de_verb if singular else de_verb_pl, ",", "dass"] + _subordinate(sub)
+        de = de_subj + [de_verb if singular else de_verb_pl, ",", "dass"] + _german(sub, "sub")
     return " ".join(en + ["."]), " ".join(de + ["."])
 
 
