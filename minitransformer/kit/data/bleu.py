@@ -149,21 +149,16 @@ def corpus_stats(hypotheses, references, lowercase: bool = False) -> BleuStats:
     if not (hypotheses := _strings("corpus_bleu", "hypotheses", hypotheses)):
         raise ValueError("corpus_bleu: hypotheses must not be empty")
     streams = _reference_streams(references, len(hypotheses))
-    stats = BleuStats()
-    for i, hyp in enumerate(hypotheses):
-        stats = stats + sentence_stats(hyp, [stream[i] for stream in streams], lowercase)
-    return stats
+    return sum((sentence_stats(hyp, [s[i] for s in streams], lowercase) for i, hyp in enumerate(hypotheses)),
+               BleuStats())
 
 
 def bleu_from_stats(stats: BleuStats) -> BleuScore:
     """BLEU from the summed statistics, with sacrebleu's default "exp" smoothing."""
     c, r = stats.hyp_len, stats.ref_len
     bp = 1.0 if c >= r else (math.exp(1 - r / c) if c > 0 else 0.0)
-    precisions = [0.0] * MAX_ORDER
-    if not any(stats.correct):
-        return BleuScore(0.0, precisions, bp, c, r, list(stats.correct), list(stats.total))
-    halvings = 1.0
-    for n in range(MAX_ORDER):
+    precisions, halvings = [0.0] * MAX_ORDER, 1.0
+    for n in range(MAX_ORDER if any(stats.correct) else 0):     # nothing correct at all: every p_n 0, BLEU 0
         if stats.total[n] == 0:
             break                                   # no n-grams of this order at all: p_n stays 0, BLEU is 0
         if stats.correct[n] == 0:
