@@ -112,14 +112,12 @@ def plan_batches(src_lengths, tgt_lengths, max_tokens: int, rng: numpy.random.Ge
                          f"({longest} tokens, counting <bos>/<eos>), got {max_tokens!r}; raise it or drop long pairs")
     tiebreak = rng.random(len(src_len)) if rng is not None else numpy.arange(len(src_len))  # (N,)
     order = numpy.lexsort((tiebreak, tgt_len, src_len))         # (N,) last key sorts first
-    batches, start, max_s, max_t = [], 0, 0, 0
-    for pos, (s_i, t_i) in enumerate(zip(src_len[order].tolist(), tgt_len[order].tolist())):
-        s, t = max(max_s, s_i), max(max_t, t_i)
-        rows = pos - start + 1
-        if rows > 1 and (rows * s > max_tokens or rows * t > max_tokens):
+    batches, start, longest = [], 0, 0          # longest: the longest side of the open batch
+    for pos, n in enumerate(numpy.maximum(src_len, tgt_len)[order].tolist()):
+        longest = max(longest, n)
+        if pos > start and (pos - start + 1) * longest > max_tokens:
             batches.append(order[start:pos])               # close the batch before this pair
-            start, s, t = pos, s_i, t_i
-        max_s, max_t = s, t
+            start, longest = pos, n
     if start < len(order):
         batches.append(order[start:])
     return batches
