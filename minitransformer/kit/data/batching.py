@@ -145,7 +145,8 @@ class ResumableBatches:
     def load_state_dict(self, state: dict) -> None:
         for key in ("seed", "epoch", "position"):
             if key not in state:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state is missing {key!r}, got keys {sorted(state)}")
+                raise ValueError(f"{type(self).__name__}.load_state_dict: state is missing {key!r}, "
+                                 f"got keys {sorted(state)}")
         self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
 
 

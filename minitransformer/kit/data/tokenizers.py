@@ -6,7 +6,8 @@ and the masks ignore it), <bos> = 1 (starts the decoder input), <eos> = 2 (ends 
 lowercased if asked, split at spaces, then into runs of letters/digits and single punctuation marks; BPE marks a
 word's last piece with ``</w>`` so decoding finds the spaces ("the dog." -> the</w> | dog | .</w>), and an unseen
 character becomes <unk> (<unk></w> at a word's end, so its space survives). Vocabularies travel with checkpoints
-as JSON: ``to_dict``/``from_dict``, ``to_json``/``from_json``, ``save``/``load_tokenizer``.
+as JSON: ``to_dict``/``from_dict``, ``to_json``/``from_json``, ``save``/``load_tokenizer``. The special ids, ``Vocab``
+and ``split_pieces`` live in ``vocab`` and are reached from here too.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ class _Tokenizer:
     def unknown_words(self, text: str) -> list[str]:
         """The pieces of text that read as <unk> (or hold a character BPE never saw), each once, in order."""
         _check_text(text, f"{type(self).__name__}.unknown_words")
-        unk = (UNK, self.vocab[UNK_END_OF_WORD])
-        return list(dict.fromkeys(p for p, end in self.pieces(text) if any(i in unk for i in self._piece_ids((p, end)))))
+        unk = {UNK, self.vocab[UNK_END_OF_WORD]}
+        return list(dict.fromkeys(p for p, ends in self.pieces(text) if unk & set(self._piece_ids((p, ends)))))
 
     def token_labels(self, ids) -> list[str]:
         """The tokens of ids, specials included, as plot labels ("orange@@ farbenen" for BPE)."""

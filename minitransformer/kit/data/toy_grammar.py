@@ -45,7 +45,8 @@ person n  child children kind kinder | girl girls mädchen mädchen
 animal m  dog dogs hund hunde | bird birds vogel vögel
 animal f  cat cats katze katzen | mouse mice maus mäuse
 animal n  horse horses pferd pferde
-thing m   ball balls ball bälle | key keys schlüssel schlüssel | apple apples apfel äpfel | letter letters brief briefe
+thing m   ball balls ball bälle | key keys schlüssel schlüssel | apple apples apfel äpfel
+thing m   letter letters brief briefe
 thing f   flower flowers blume blumen | lamp lamps lampe lampen | cup cups tasse tassen
 thing n   book books buch bücher | picture pictures bild bilder | bread breads brot brote | car cars auto autos
 place m   garden gardens garten gärten | park parks park parks

@@ -19,7 +19,8 @@ _PIECE_RE = re.compile(r"\w+|[^\w\s]")        # a run of letters/digits/undersco
 def split_pieces(text: str) -> list[tuple[str, bool]]:
     """Pre-tokenise: [(piece, ends_word)], ends_word True when a space (or the end) follows.
     "the dog." -> [("the", True), ("dog", False), (".", True)]"""
-    return [(p, i == len(ps) - 1) for word in text.split() for ps in [_PIECE_RE.findall(word)] for i, p in enumerate(ps)]
+    words = [_PIECE_RE.findall(word) for word in text.split()]
+    return [(piece, i == len(pieces) - 1) for pieces in words for i, piece in enumerate(pieces)]
 
 
 class Vocab:
