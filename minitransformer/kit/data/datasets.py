@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import io
 import itertools
 import os
 import shutil
@@ -41,11 +42,10 @@ def _read_lines(path: Path) -> list[str]:
     characters in ``limits.MAX_CORPUS_LINES`` lines, counted as it streams in (a small gzip that expands without
     end stops at the limit); a damaged gzip or non-UTF-8 byte is a ValueError naming the file and line."""
     lines, pending, chars = [], [], 0        # pending: the pieces of the line not yet ended
-    decoder = codecs.getincrementaldecoder("utf-8")()
+    decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(), translate=True)  # \r\n, \r: \n
     with open_regular(path, "corpus file") as raw:
         gzipped = path.suffix == ".gz"
         stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
-        carry = ""                           # a \r at the end of a chunk: its \n may start the next one
         while True:
             try:
                 data = stream.read(_CHUNK_BYTES)
@@ -53,14 +53,12 @@ def _read_lines(path: Path) -> list[str]:
                 what = "not a readable gzip file" if gzipped else "cannot be read"
                 raise ValueError(f"{path}: {what} ({type(err).__name__}: {err})") from None
             try:
-                text = carry + decoder.decode(data, final=not data)
+                text = decoder.decode(data, final=not data)      # a \r ending a chunk waits for the next one
             except UnicodeDecodeError as err:
                 line = len(lines) + 1 + err.object.count(b"\n", 0, err.start)
                 raise ValueError(f"{path}, line {line}: not UTF-8 text (byte {err.object[err.start]:#04x})") from None
-            carry = "\r" if data and text.endswith("\r") else ""
-            text = text[:-1] if carry else text
             chars += len(text)
-            parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            parts = text.split("\n")
             pending.append(parts[0])
             for part in parts[1:]:
                 lines.append("".join(pending).strip())
