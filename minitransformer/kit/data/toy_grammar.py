@@ -103,25 +103,21 @@ TIME_PRESENT = [("today", "heute"), ("now", "jetzt"), ("tomorrow", "morgen"), ("
                 ("in the morning", "am morgen"), ("in the evening", "am abend")]
 TIME_PERFECT = [("today", "heute"), ("yesterday", "gestern"), ("in the morning", "am morgen")]
 
-# Articles by determiner, case and gender ("pl" for plural). A bare plural ("dogs") has no article.
-ARTICLES = {
-    "def": {"nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
-            "acc": {"m": "den", "f": "die", "n": "das", "pl": "die"},
-            "dat": {"m": "dem", "f": "der", "n": "dem", "pl": "den"}},
-    "indef": {"nom": {"m": "ein", "f": "eine", "n": "ein"},
-              "acc": {"m": "einen", "f": "eine", "n": "ein"},
-              "dat": {"m": "einem", "f": "einer", "n": "einem"}},
-}
+
+def _forms(table: str) -> dict:
+    """A declension grid, cases nom / acc / dat, genders m f n pl ("-": no such form) -> {case: {gender: form}}."""
+    return {case: {gender: form for gender, form in zip(("m", "f", "n", "pl"), row.split()) if form != "-"}
+            for case, row in zip(("nom", "acc", "dat"), table.split("/"))}
+
+
+# Articles by determiner. A bare plural ("dogs") has no article.
+ARTICLES = {"def": _forms("der die das die / den die das die / dem der dem den"),
+            "indef": _forms("ein eine ein - / einen eine ein - / einem einer einem -")}
 # Adjective endings: weak after "der", mixed after "ein", strong with no article (plural only here).
-ADJECTIVE_ENDINGS = {
-    "def": {"nom": {"m": "e", "f": "e", "n": "e", "pl": "en"},
-            "acc": {"m": "en", "f": "e", "n": "e", "pl": "en"},
-            "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"}},
-    "indef": {"nom": {"m": "er", "f": "e", "n": "es"},
-              "acc": {"m": "en", "f": "e", "n": "es"},
-              "dat": {"m": "en", "f": "en", "n": "en"}},
-    "none": {"nom": {"pl": "e"}, "acc": {"pl": "e"}, "dat": {"pl": "en"}},
-}
+ADJECTIVE_ENDINGS = {"def": _forms("e e e en / en e e en / en en en en"),
+                     "indef": _forms("er e es - / en e es - / en en en -"),
+                     "none": _forms("- - - e / - - - e / - - - en")}
+
 
 def _pick(rng: random.Random, items):
     """One item, using only rng.random() (the call whose sequence Python keeps stable)."""
