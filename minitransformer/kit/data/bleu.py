@@ -1,21 +1,16 @@
-"""Corpus BLEU (Papineni et al. 2002), computed the way sacrebleu's default ``corpus_bleu`` computes it.
+"""Corpus BLEU (Papineni et al. 2002), computed as sacrebleu's default ``corpus_bleu`` computes it.
 
     BLEU = BP * exp( (1/4) * sum_{n=1..4} log p_n )          (reported x 100)
 
-- p_n, the modified n-gram precision over the whole corpus: for every hypothesis, each n-gram counts as
-  correct at most as often as it occurs in one reference (the max over its references); p_n is the total
-  correct over the total number of hypothesis n-grams.
-- BP, the brevity penalty: with c the total hypothesis length and r the total of, per sentence, the
-  reference length closest to the hypothesis length (ties: the shorter), BP = 1 if c >= r else exp(1 - r/c).
-- Smoothing "exp" (as in mteval-v13a and sacrebleu's default): if an order n has no correct n-gram,
-  its precision becomes 1 / (2^k * total_n), k counting such orders 1, 2, ... . If nothing matches at all,
-  or some order has no n-gram at all (every hypothesis shorter than n), BLEU is 0.
-- Tokenisation "13a" (mteval-v13a): punctuation split off words, periods and commas too unless they sit
-  between two digits ("3.5" stays one token, "3." does not); ``lowercase=True`` lowercases hypotheses and
-  references first.
+- p_n: each hypothesis n-gram counts as correct at most as often as it occurs in one reference (the max over
+  references); p_n = total correct / total hypothesis n-grams, over the corpus.
+- BP = 1 if c >= r else exp(1 - r/c): c the hypothesis length, r the sum of each sentence's reference length
+  closest to its hypothesis length (ties: the shorter).
+- "exp" smoothing (sacrebleu's default): an order with no correct n-gram gets precision 1 / (2^k * total_n),
+  k = 1, 2, ... over such orders; nothing correct at all, or an order with no n-gram at all, gives BLEU 0.
+- "13a" tokenisation: punctuation split off, periods and commas too unless between digits ("3.5" stays whole).
 
-The sufficient statistics (``BleuStats``) add up over sentences, so ``corpus_stats`` / ``bleu_from_stats``
-show every number that goes into the score (notebooks print them).
+The statistics (``BleuStats``) add up over sentences: ``corpus_stats`` / ``bleu_from_stats`` show every number.
 """
 
 from __future__ import annotations
@@ -29,14 +24,10 @@ MAX_ORDER = 4
 
 # The 13a tokeniser, rule by rule (applied in this order, each with re.sub over the whole line).
 _13A_RULES = [
-    # split off ASCII punctuation other than . , ' - (those get their own rules or none)
-    (re.compile("([" + re.escape("{|}~[\\]^_`!\"#$%&()*+:;<=>?@/") + "])"), r" \1 "),
-    # a period or comma after a non-digit
-    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),
-    # a period or comma before a non-digit
-    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),
-    # a dash after a digit
-    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
+    (re.compile("([" + re.escape("{|}~[\\]^_`!\"#$%&()*+:;<=>?@/") + "])"), r" \1 "),  # punctuation but . , ' -
+    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),      # a period or comma after a non-digit
+    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),      # a period or comma before a non-digit
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),           # a dash after a digit
 ]
 
 
@@ -95,22 +86,25 @@ class BleuScore:
 
 
 def _preprocess(line: str, lowercase: bool) -> list[str]:
-    if lowercase:
-        line = line.lower()
-    return tokenize_13a(line.rstrip())
+    return tokenize_13a((line.lower() if lowercase else line).rstrip())
+
+
+def _strings(owner: str, name: str, values, none_ok: bool = False, hint: str = "") -> list:
+    """values as a list of str (None allowed if none_ok); a str itself is refused: it would count its letters."""
+    if isinstance(values, str) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{owner}: {name} must be a list of str{hint}, got {type(values).__name__}")
+    values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, str) and not (none_ok and v is None):
+            raise TypeError(f"{owner}: {name}[{i}] must be a str{' or None' * none_ok}, got {type(v).__name__}")
+    return values
 
 
 def sentence_stats(hypothesis: str, references: list, lowercase: bool = False) -> BleuStats:
     """The BleuStats of one hypothesis against its references (a list of str; None entries are skipped)."""
     if not isinstance(hypothesis, str):
         raise TypeError(f"sentence_stats: hypothesis must be a str, got {type(hypothesis).__name__}")
-    if isinstance(references, str) or not hasattr(references, "__iter__"):      # a str would count its letters
-        raise TypeError(f"sentence_stats: references must be a list of str ([reference] for one), "
-                        f"got {type(references).__name__}")
-    references = list(references)
-    for i, ref in enumerate(references):
-        if ref is not None and not isinstance(ref, str):
-            raise TypeError(f"sentence_stats: references[{i}] must be a str or None, got {type(ref).__name__}")
+    references = _strings("sentence_stats", "references", references, True, " ([reference] for one)")
     hyp = _preprocess(hypothesis, lowercase)
     hyp_ngrams = count_ngrams(hyp)
     ref_max: Counter = Counter()                # each n-gram's largest count in any one reference
@@ -134,53 +128,37 @@ def sentence_stats(hypothesis: str, references: list, lowercase: bool = False) -
 
 def _reference_streams(references, n: int) -> list:
     """references as a list of streams, each a list of n str (or None)."""
-    if isinstance(references, str) or not hasattr(references, "__len__"):
-        raise TypeError(f"corpus_bleu: references must be a list of str or a list of lists of str, "
-                        f"got {type(references).__name__}")
-    if len(references) > 0 and all(isinstance(r, str) for r in references):
-        streams = [list(references)]                # one reference per hypothesis
-    elif len(references) > 0 and all(isinstance(r, (list, tuple)) for r in references):
-        streams = [list(s) for s in references]     # several reference streams
+    refs = None if isinstance(references, str) or not hasattr(references, "__len__") else list(references)
+    if refs and all(isinstance(r, str) for r in refs):
+        streams = [refs]                            # one reference per hypothesis
+    elif refs and all(isinstance(r, (list, tuple)) for r in refs):
+        streams = [list(s) for s in refs]           # several reference streams
     else:
+        got = type(references).__name__ if refs is None else [type(r).__name__ for r in refs[:3]]
         raise TypeError("corpus_bleu: references must be a non-empty list of str (one per hypothesis) or a list of "
-                        "reference streams (lists of str), got "
-                        f"{[type(r).__name__ for r in list(references)[:3]]}...")
+                        f"reference streams (lists of str), got {got}")
     for k, stream in enumerate(streams):
-        if len(stream) != n:
-            what = "references" if len(streams) == 1 else f"references[{k}]"
+        what = "references" if len(streams) == 1 else f"references[{k}]"
+        if len(_strings("corpus_bleu", what, stream, True)) != n:
             raise ValueError(f"corpus_bleu: {what} has {len(stream)} sentences but hypotheses has {n}")
-        for i, ref in enumerate(stream):
-            if ref is not None and not isinstance(ref, str):
-                raise TypeError(f"corpus_bleu: references[{k}][{i}] (reference {i} of stream {k}) must be a str, "
-                                f"got {type(ref).__name__}")
     return streams
 
 
 def corpus_stats(hypotheses, references, lowercase: bool = False) -> BleuStats:
     """BleuStats summed over a corpus. Arguments as in ``corpus_bleu``."""
-    if isinstance(hypotheses, str) or not hasattr(hypotheses, "__len__"):
-        raise TypeError(f"corpus_bleu: hypotheses must be a list of str, got {type(hypotheses).__name__}")
-    if len(hypotheses) == 0:
+    if not (hypotheses := _strings("corpus_bleu", "hypotheses", hypotheses)):
         raise ValueError("corpus_bleu: hypotheses must not be empty")
-    for i, hyp in enumerate(hypotheses):
-        if not isinstance(hyp, str):
-            raise TypeError(f"corpus_bleu: hypotheses[{i}] must be a str, got {type(hyp).__name__}")
     streams = _reference_streams(references, len(hypotheses))
-    stats = BleuStats()
-    for i, hyp in enumerate(hypotheses):
-        stats = stats + sentence_stats(hyp, [stream[i] for stream in streams], lowercase)
-    return stats
+    return sum((sentence_stats(hyp, [s[i] for s in streams], lowercase) for i, hyp in enumerate(hypotheses)),
+               BleuStats())
 
 
 def bleu_from_stats(stats: BleuStats) -> BleuScore:
     """BLEU from the summed statistics, with sacrebleu's default "exp" smoothing."""
     c, r = stats.hyp_len, stats.ref_len
     bp = 1.0 if c >= r else (math.exp(1 - r / c) if c > 0 else 0.0)
-    precisions = [0.0] * MAX_ORDER
-    if not any(stats.correct):
-        return BleuScore(0.0, precisions, bp, c, r, list(stats.correct), list(stats.total))
-    halvings = 1.0
-    for n in range(MAX_ORDER):
+    precisions, halvings = [0.0] * MAX_ORDER, 1.0
+    for n in range(MAX_ORDER if any(stats.correct) else 0):     # nothing correct at all: every p_n 0, BLEU 0
         if stats.total[n] == 0:
             break                                   # no n-grams of this order at all: p_n stays 0, BLEU is 0
         if stats.correct[n] == 0:
@@ -188,10 +166,7 @@ def bleu_from_stats(stats: BleuStats) -> BleuScore:
             precisions[n] = 100.0 / (halvings * stats.total[n])
         else:
             precisions[n] = 100.0 * stats.correct[n] / stats.total[n]
-    if min(precisions) == 0.0:
-        score = 0.0
-    else:
-        score = bp * math.exp(sum(math.log(p) for p in precisions) / MAX_ORDER)
+    score = bp * math.exp(sum(math.log(p) for p in precisions) / MAX_ORDER) if min(precisions) > 0 else 0.0
     return BleuScore(score, precisions, bp, c, r, list(stats.correct), list(stats.total))
 
 
@@ -202,9 +177,6 @@ def corpus_bleu_score(hypotheses, references, lowercase: bool = False) -> BleuSc
 
 def corpus_bleu(hypotheses, references, lowercase: bool = False) -> float:
     """Corpus BLEU in [0, 100], equal to ``sacrebleu.corpus_bleu(hypotheses, streams, lowercase=...).score``.
-
-    hypotheses: list of str (detokenised system output, one per sentence).
-    references: list of str, one per hypothesis; or a list of reference streams (list of lists of str, each as
-    long as hypotheses), as sacrebleu takes them. lowercase: case-insensitive BLEU.
-    """
+    hypotheses: list of str (detokenised output). references: list of str, one per hypothesis, or a list of
+    reference streams (lists of str as long as hypotheses), as sacrebleu takes them."""
     return corpus_bleu_score(hypotheses, references, lowercase).score

@@ -1,23 +1,19 @@
-"""Parallel corpora: the bundled toy corpus and Multi30k.
+"""Parallel corpora as lists of (source, target) str pairs: the bundled toy corpus and Multi30k.
 
-Each loader returns a list of (source sentence, target sentence) pairs of str.
-
-- ``load_toy(split)``: data/toy/{train,valid,test}.{en,de}.txt of this repository, English -> German by default.
-  Without the files (an installed package has no data/ folder) the same corpus is generated in memory
-  by ``toy_grammar`` -- the files are that generator's output.
-- ``load_multi30k(directory, split)``: the Multi30k task-1 raw files (Elliott et al. 2016), German -> English
-  by default: ``train``, ``val``, ``test_2016_flickr``, each ``.en`` and ``.de``, gzipped or plain.
-  ``download_multi30k(directory)`` fetches them from the dataset's GitHub repository.
-
-Where Multi30k is looked for (``multi30k_dir()``): the environment variable MINITRANSFORMER_MULTI30K,
-then ``../shared/data/multi30k`` next to the repository, then ``~/.cache/minitransformer/multi30k``.
+- ``load_toy(split)``: data/toy/{split}.{en,de}.txt, English -> German by default; without the files (an installed
+  package has no data/ folder) ``toy_grammar`` generates the same corpus in memory.
+- ``load_multi30k(directory, split)``: the Multi30k task-1 raw files (Elliott et al. 2016), German -> English by
+  default, gzipped or plain; ``download_multi30k`` fetches them, into ``multi30k_dir()`` by default.
 """
 
 from __future__ import annotations
 
 import codecs
 import gzip
+import io
+import itertools
 import os
+import shutil
 import tempfile
 import urllib.request
 import zlib
@@ -41,20 +37,15 @@ _CHUNK_BYTES = 1 << 20            # a corpus file is read, decompressed and deco
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file, gzipped when the name ends in .gz, without surrounding whitespace.
-
-    A corpus folder may come from elsewhere, so the file must be a regular file (``files.open_regular``: a
-    FIFO would block forever) of at most ``limits.MAX_CORPUS_CHARS`` characters in ``limits.MAX_CORPUS_LINES``
-    lines once decompressed and decoded, counted as it streams in, so that a small gzip that expands without
-    end is refused at the limit with the memory of the limit; a damaged gzip or a byte that is not UTF-8 is a
-    ValueError naming the file (and the line). Lines end at \n, \r\n or \r, as in a file read in text mode.
-    """
+    """Lines of a UTF-8 text file (gzipped if named .gz), stripped; they end at \n, \r\n or \r as in text mode.
+    A corpus may come from elsewhere: a regular file only (a FIFO would block), at most ``limits.MAX_CORPUS_CHARS``
+    characters in ``limits.MAX_CORPUS_LINES`` lines, counted as it streams in (a small gzip that expands without
+    end stops at the limit); a damaged gzip or non-UTF-8 byte is a ValueError naming the file and line."""
     lines, pending, chars = [], [], 0        # pending: the pieces of the line not yet ended
-    decoder = codecs.getincrementaldecoder("utf-8")()
+    decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(), translate=True)  # \r\n, \r: \n
     with open_regular(path, "corpus file") as raw:
         gzipped = path.suffix == ".gz"
         stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
-        carry = ""                           # a \r at the end of a chunk: its \n may start the next one
         while True:
             try:
                 data = stream.read(_CHUNK_BYTES)
@@ -62,14 +53,12 @@ def _read_lines(path: Path) -> list[str]:
                 what = "not a readable gzip file" if gzipped else "cannot be read"
                 raise ValueError(f"{path}: {what} ({type(err).__name__}: {err})") from None
             try:
-                text = carry + decoder.decode(data, final=not data)
+                text = decoder.decode(data, final=not data)      # a \r ending a chunk waits for the next one
             except UnicodeDecodeError as err:
                 line = len(lines) + 1 + err.object.count(b"\n", 0, err.start)
                 raise ValueError(f"{path}, line {line}: not UTF-8 text (byte {err.object[err.start]:#04x})") from None
-            carry = "\r" if data and text.endswith("\r") else ""
-            text = text[:-1] if carry else text
             chars += len(text)
-            parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            parts = text.split("\n")
             pending.append(parts[0])
             for part in parts[1:]:
                 lines.append("".join(pending).strip())
@@ -99,16 +88,10 @@ def _check_langs(src_lang: str, tgt_lang: str, where: str) -> None:
                          f"got {src_lang!r} -> {tgt_lang!r}")
 
 
-# ----------------------------------------------------------------------------- toy corpus
-
-
 def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
              directory=None) -> list[tuple[str, str]]:
-    """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs, English -> German by default.
-
-    directory: where {split}.en.txt / {split}.de.txt are (default data/toy of the repository). When the files are
-    missing the corpus is generated in memory (the same sentences the files hold).
-    """
+    """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs. directory: where
+    {split}.en.txt / {split}.de.txt are (default data/toy); without them the same corpus is generated."""
     if split not in TOY_SPLITS:
         raise ValueError(f"load_toy: split must be one of {TOY_SPLITS}, got {split!r}")
     _check_langs(src_lang, tgt_lang, "load_toy")
@@ -120,20 +103,13 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
     return pairs if src_lang == "en" else [(de, en) for en, de in pairs]
 
 
-# ----------------------------------------------------------------------------- Multi30k
-
-
 def multi30k_dir() -> Path:
     """Where Multi30k is: $MINITRANSFORMER_MULTI30K if set, else ../shared/data/multi30k beside the repository
-    if it exists, else ~/.cache/minitransformer/multi30k. ``download_multi30k`` without a directory puts it
-    here too."""
-    env = os.environ.get(MULTI30K_ENV)
-    if env:
+    if it exists, else ~/.cache/minitransformer/multi30k."""
+    if env := os.environ.get(MULTI30K_ENV):
         return Path(env).expanduser()
     shared = REPO_ROOT.parent / "shared" / "data" / "multi30k"
-    if shared.is_dir():
-        return shared
-    return MULTI30K_CACHE.expanduser()
+    return shared if shared.is_dir() else MULTI30K_CACHE.expanduser()
 
 
 def _multi30k_split(split: str, where: str) -> str:
@@ -145,11 +121,9 @@ def _multi30k_split(split: str, where: str) -> str:
 
 def _names(value, name: str, where: str) -> list:
     """splits or langs as a list: one name may come as a plain str ("val" means ["val"])."""
-    if isinstance(value, str):
-        return [value]
-    if not hasattr(value, "__iter__"):
+    if not isinstance(value, str) and not hasattr(value, "__iter__"):
         raise TypeError(f"{where}: {name} must be a str or a list of str, got {type(value).__name__}")
-    return list(value)
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _find_file(directory: Path, split: str, lang: str) -> Path:
@@ -164,11 +138,8 @@ def _find_file(directory: Path, split: str, lang: str) -> Path:
 
 def load_multi30k(directory=None, split: str = "train", src_lang: str = "de",
                   tgt_lang: str = "en") -> list[tuple[str, str]]:
-    """Multi30k task 1 as (source, target) pairs, German -> English by default.
-
-    split: "train" (29000 pairs), "val" (1014) or "test_2016_flickr" (1000); "valid" and "test" are aliases.
-    directory: holding {split}.{en,de} or {split}.{en,de}.gz (default: ``multi30k_dir()``).
-    """
+    """Multi30k task 1 as (source, target) pairs. split: "train" (29000 pairs), "val" (1014) or "test_2016_flickr"
+    (1000); "valid" and "test" are aliases. directory: holding {split}.{en,de}[.gz] (default ``multi30k_dir()``)."""
     split = _multi30k_split(split, "load_multi30k")
     _check_langs(src_lang, tgt_lang, "load_multi30k")
     directory = multi30k_dir() if directory is None else Path(directory).expanduser()
@@ -178,46 +149,35 @@ def load_multi30k(directory=None, split: str = "train", src_lang: str = "de",
 
 def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LANGS,
                       base_url: str = MULTI30K_URL, overwrite: bool = False, opener=None) -> Path:
-    """Fetch the task-1 raw files ({split}.{lang}.gz) into directory; files already there are kept.
-
-    splits, langs: lists of names, or one name as a str (splits="val", langs="de"); both are checked before
-    anything is created or fetched.
-
-    Each file is written to a temporary name, checked to be readable gzip, then renamed, so an interrupted
-    download never leaves a half file behind. base_url may be a file:// URL (tests use a local copy);
-    opener(url) -> a file-like object replaces urllib.request.urlopen. -> the directory.
-    """
+    """Fetch the task-1 raw files ({split}.{lang}.gz) into directory (kept if already there). -> the directory.
+    splits, langs: lists of names, or one as a str; checked before anything is created. Each file is written to a
+    temporary name, checked to be readable gzip, then renamed: an interrupted download leaves no half file.
+    base_url may be a file:// URL; opener(url) -> a file-like object replaces urllib.request.urlopen."""
     where = "download_multi30k"
     splits = [_multi30k_split(split, where) for split in _names(splits, "splits", where)]
     langs = _names(langs, "langs", where)
-    for lang in langs:
-        if lang not in MULTI30K_LANGS:
-            raise ValueError(f"{where}: langs must be among {MULTI30K_LANGS}, got {lang!r}")
+    if bad := [lang for lang in langs if lang not in MULTI30K_LANGS]:
+        raise ValueError(f"{where}: langs must be among {MULTI30K_LANGS}, got {bad[0]!r}")
     directory = (multi30k_dir() if directory is None else Path(directory)).expanduser()
     opener = urllib.request.urlopen if opener is None else opener
     base_url = base_url if base_url.endswith("/") else base_url + "/"
     directory.mkdir(parents=True, exist_ok=True)
-    for split in splits:
-        for lang in langs:
-            target = directory / f"{split}.{lang}.gz"
-            if target.exists() and not overwrite:
-                continue
-            url = base_url + target.name
-            fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as out, opener(url) as response:
-                    while True:
-                        chunk = response.read(1 << 16)
-                        if not chunk:
-                            break
-                        out.write(chunk)
-                with gzip.open(tmp, "rt", encoding="utf-8") as f:   # a truncated or HTML file fails here
-                    for _ in f:
-                        pass
-                os.replace(tmp, target)
-            except BaseException as err:
-                Path(tmp).unlink(missing_ok=True)
-                if isinstance(err, (OSError, EOFError, UnicodeDecodeError)):
-                    raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
-                raise
+    for split, lang in itertools.product(splits, langs):
+        target = directory / f"{split}.{lang}.gz"
+        if target.exists() and not overwrite:
+            continue
+        url = base_url + target.name
+        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as out, opener(url) as response:
+                shutil.copyfileobj(response, out)
+            with gzip.open(tmp, "rt", encoding="utf-8") as f:       # a truncated or HTML file fails here
+                for _ in f:
+                    pass
+            os.replace(tmp, target)
+        except BaseException as err:
+            Path(tmp).unlink(missing_ok=True)
+            if isinstance(err, (OSError, EOFError, UnicodeDecodeError)):
+                raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
+            raise
     return directory

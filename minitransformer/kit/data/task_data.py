@@ -4,6 +4,7 @@ translation model: its sources encoded, decoded in batches, and the BLEU of the 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy
@@ -24,8 +25,7 @@ VALID_SENTENCES = 200              # BLEU during training on at most this many v
 
 @dataclass
 class TaskData:
-    """What a task gives a run. A sequence task (copy, reverse) has held-out pairs; a translation task (toy,
-    multi30k) has tokenisers."""
+    """What a task gives a run: held-out pairs (copy, reverse) or tokenisers (toy, multi30k)."""
 
     config: TransformerConfig
     train_data: object                 # a resumable batch source: TaskBatches or BucketBatcher
@@ -47,11 +47,9 @@ class TaskData:
 
 
 def task_data(settings: dict, tokenizers=None) -> TaskData:
-    """The data of a run with these settings (``minitransformer train``'s); a translation run with ``tokenizers``
-    (source, target), such as a resumed run's, keeps those vocabularies instead of building them."""
-    if settings["task"] in SEQUENCE_TASKS:
-        return _sequence_data(settings)
-    return _translation_data(settings, tokenizers)
+    """The data of a run with these settings (``minitransformer train``'s); a translation run given ``tokenizers``
+    (source, target), such as a resumed run's, keeps those vocabularies."""
+    return _sequence_data(settings) if settings["task"] in SEQUENCE_TASKS else _translation_data(settings, tokenizers)
 
 
 def _make_config(settings: dict, src_vocab: int, tgt_vocab: int, **extra) -> TransformerConfig:
@@ -65,12 +63,9 @@ def _sequence_data(settings: dict) -> TaskData:
     config = _make_config(settings, seq.vocab_size, seq.vocab_size, max_len=max(64, seq.max_len + 2))
     train_data = TaskBatches(seq, batch_size=settings["batch_size"], seed=settings["seed"])
     heldout = seq.heldout(settings["heldout"])
-
-    def metric_fn(model):
-        return exact_match(model, heldout)
-
     # the held-out sequences are this task's validation set: the valid loss is computed on them too
-    return TaskData(config, train_data, heldout_batches(heldout), metric_fn, heldout=heldout,
+    return TaskData(config, train_data, heldout_batches(heldout), lambda model: exact_match(model, heldout),
+                    heldout=heldout,
                     metric_name="valid exact match", metric_percent=True)
 
 
@@ -84,32 +79,24 @@ def _translation_data(settings: dict, tokenizers) -> TaskData:
     else:
         print(f"building vocabularies from {len(train_text)} training pairs ...")
         src_tok, tgt_tok = _build_tokenizers(task, settings, train_text)
-    max_len = TRANSLATION_MAX_LEN
-    config = _make_config(settings, src_tok.vocab_size, tgt_tok.vocab_size, max_len=max_len,
+    config = _make_config(settings, src_tok.vocab_size, tgt_tok.vocab_size, max_len=TRANSLATION_MAX_LEN,
                           share_embeddings=src_tok is tgt_tok or task == "multi30k")
-    train_ids = _encode_pairs(train_text, src_tok, tgt_tok, max_len - 1)
-    valid_ids = _encode_pairs(valid_text, src_tok, tgt_tok, max_len - 1)
+    train_ids, valid_ids = (_encode_pairs(text, src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
+                            for text in (train_text, valid_text))
     train_data = BucketBatcher(train_ids, max_tokens=settings["max_tokens"], seed=settings["seed"])
     valid_batcher = BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False)
     valid_batches = [valid_batcher.batch(ix) for ix in valid_batcher.batches_for_epoch(0)]
-    lowercase = task == "multi30k"
     eval_pairs = valid_text[:min(VALID_SENTENCES, settings["limit"] or VALID_SENTENCES)]
-
-    def metric_fn(model):
-        return bleu_of(model, src_tok, tgt_tok, eval_pairs, lowercase)[0]
-
-    return TaskData(config, train_data, valid_batches, metric_fn, src_tok=src_tok, tgt_tok=tgt_tok)
+    return TaskData(config, train_data, valid_batches,
+                    lambda model: bleu_of(model, src_tok, tgt_tok, eval_pairs, lowercase=task == "multi30k")[0],
+                    src_tok=src_tok, tgt_tok=tgt_tok)
 
 
 def _encode_pairs(pairs, src_tok, tgt_tok, max_len: int) -> list:
     """Token id pairs. A pair is dropped when either side is empty, its source is longer than max_len, or its
     target is max_len or longer (the decoder reads it with <bos> in front, and predicts <eos> after it)."""
-    out = []
-    for src, tgt in pairs:
-        s, t = src_tok.encode(src), tgt_tok.encode(tgt)
-        if 0 < len(s) <= max_len and 0 < len(t) < max_len:
-            out.append((s, t))
-    return out
+    encoded = ((src_tok.encode(src), tgt_tok.encode(tgt)) for src, tgt in pairs)
+    return [(s, t) for s, t in encoded if 0 < len(s) <= max_len and 0 < len(t) < max_len]
 
 
 def _build_tokenizers(task: str, settings: dict, train_pairs: list):
@@ -138,20 +125,17 @@ def encode_sources(model, src_tok, texts) -> list:
 def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_size: int = 100,
                   length_limit=None) -> list:
     """The output ids of each source id list (batched, sorted by length), in input order.
-    length_limit(S) -> the most tokens generated for a source of S tokens; the batches then hold sources of one
-    length each. None: decoding's default, S + 50 (the paper's, §6.1)."""
+    length_limit(S) -> the most tokens generated for a source of S tokens (the batches then hold sources of one
+    length each); None: decoding's default, S + 50 (the paper's, §6.1)."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     if encoded:                           # as many sentences at once as the memory budget lets the longest take
         longest = len(encoded[order[-1]])
         out_len = longest + 50 if length_limit is None else length_limit(longest)
         batch_size = max(1, min(batch_size, budget.largest_batch(model, longest, out_len, beam_size)))
-    out, batches, start = [None] * len(encoded), [], 0
-    for end in range(1, len(order) + 1):
-        if end == len(order) or end - start == batch_size or (
-                length_limit is not None and len(encoded[order[end]]) != len(encoded[order[start]])):
-            batches.append(order[start:end])
-            start = end
-    for idx in batches:
+    out = [None] * len(encoded)
+    same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
+    groups = [list(g) for _, g in itertools.groupby(order, same)]
+    for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
         src = numpy.full((len(idx), max(len(encoded[i]) for i in idx)), model.config.pad_id, numpy.int64)  # (B,S)
         for row, i in enumerate(idx):
             src[row, :len(encoded[i])] = encoded[i]

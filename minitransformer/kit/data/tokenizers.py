@@ -1,33 +1,13 @@
-"""Tokenisers: text <-> lists of token ids.
+"""Tokenisers: text <-> lists of token ids, with the special ids every model here relies on: <pad> = 0 (the loss
+and the masks ignore it), <bos> = 1 (starts the decoder input), <eos> = 2 (ends the target), <unk> = 3.
 
-Two tokenisers share one vocabulary class and the four special tokens every model here relies on:
-
-    <pad> = 0   padding (the loss and the attention masks ignore it)
-    <bos> = 1   first token of the decoder input
-    <eos> = 2   last token of the target; decoding stops there
-    <unk> = 3   anything the vocabulary does not know
-
-- ``WordTokenizer``: one id per word or punctuation mark. Good for the toy corpus, whose tokens are
-  already separated by spaces, and for reading what a model does.
-- ``BPETokenizer``: byte-pair encoding (Sennrich, Haddow and Birch 2016), the subword scheme the paper uses
-  with one vocabulary shared by source and target. It starts from single characters and learns, one merge at
-  a time, to glue the most frequent adjacent pair of symbols into a new symbol.
-
-Both turn a text into "pieces" the same way (``pieces``, the one preparation of text for a model: training
-text and a sentence to translate alike): lowercase it when the tokeniser lowercases, split at whitespace
-into words, then split each word into runs of letters/digits and single punctuation marks ("dog." -> "dog",
-"."), which is how the toy corpus is written. BPE marks the last piece of a
-whitespace word with ``</w>``, the end-of-word marker, so decoding knows where the spaces were:
-
-    "the dog."  ->  the</w> | dog | .</w>        (BPE merges never cross a piece boundary)
-
-A character BPE never saw becomes ``<unk>``, or ``<unk></w>`` when it ends a word, so its space survives:
-"the dog€ runs" -> ... g <unk></w> r ... -> "the dog<unk> runs". ``unknown_words(text)`` names the words
-that hold an ``<unk>``, and ``token_labels(ids)`` gives tokens as people write them (BPE: "orange@@ farbenen",
-never the internal ``</w>``), for plots.
-
-Vocabularies travel with checkpoints as JSON: ``to_dict`` / ``from_dict``, ``to_json`` / ``from_json``,
-``save(path)`` / ``load_tokenizer(path)``; ``tokenizer_from_dict`` / ``tokenizer_from_json`` pick the class.
+``WordTokenizer``: one id per word or punctuation mark (the toy corpus). ``BPETokenizer``: byte-pair encoding
+(Sennrich et al. 2016), the paper's subwords, one vocabulary for both sides. Both prepare text alike (``pieces``):
+lowercased if asked, split at spaces, then into runs of letters/digits and single punctuation marks; BPE marks a
+word's last piece with ``</w>`` so decoding finds the spaces ("the dog." -> the</w> | dog | .</w>), and an unseen
+character becomes <unk> (<unk></w> at a word's end, so its space survives). Vocabularies travel with checkpoints
+as JSON: ``to_dict``/``from_dict``, ``to_json``/``from_json``, ``save``/``load_tokenizer``. The special ids, ``Vocab``
+and ``split_pieces`` live in ``vocab`` and are reached from here too.
 """
 
 from __future__ import annotations
@@ -35,25 +15,27 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-import re
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy
 
+from minitransformer import checks
+from minitransformer.kit.data.vocab import (
+    BOS,
+    END_OF_WORD,
+    EOS,
+    PAD,
+    SPECIAL_TOKENS,
+    UNK,
+    UNK_END_OF_WORD,
+    Vocab,
+    split_pieces,
+)
 from minitransformer.kit.running import files
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
-END_OF_WORD = "</w>"
-UNK_END_OF_WORD = SPECIAL_TOKENS[UNK] + END_OF_WORD     # BPE: an unknown character that ends a word
-
-# Pieces longer than this are learned from in parts of this length (``_learning_chunks``), and are not kept in
-# the encoding cache; they encode whole, as any piece does.
-MAX_LEARN_CHARS = 32
-
-# A run of letters/digits/underscore, or one character that is neither a letter/digit nor a space.
-_PIECE_RE = re.compile(r"\w+|[^\w\s]")
+MAX_LEARN_CHARS = 32     # longer pieces are learned from in parts (``_learning_chunks``) and not cached
 
 
 def _check_text(text, where: str) -> str:
@@ -73,114 +55,26 @@ def _check_texts(texts, where: str) -> list:
 
 
 def readable_tokens(tokens) -> list[str]:
-    """Tokens as people write them, for labels: a BPE sequence (one that holds a ``</w>`` token) loses its
-    end-of-word markers, and each piece that does not end a word gets ``@@``, the subword-nmt way
-    ("orange@@ farbenen"); special tokens stay as they are. Any other list comes back unchanged.
-
-    ["a</w>", "orange", "farbenen</w>"] -> ["a", "orange@@", "farbenen"]
-    """
+    """Labels: a BPE sequence loses its </w> and a piece inside a word gets @@ (subword-nmt); other lists unchanged.
+    ["a</w>", "orange", "farbenen</w>"] -> ["a", "orange@@", "farbenen"]"""
     tokens = [str(t) for t in tokens]
-    if not any(t.endswith(END_OF_WORD) for t in tokens):
-        return tokens
-    return [_readable_piece(t) for t in tokens]
+    return [_readable_piece(t) for t in tokens] if any(t.endswith(END_OF_WORD) for t in tokens) else tokens
 
 
 def _readable_piece(token: str) -> str:
-    if token.endswith(END_OF_WORD):
-        return token[: -len(END_OF_WORD)]
-    return token if token in SPECIAL_TOKENS else token + "@@"
-
-
-def split_pieces(text: str) -> list[tuple[str, bool]]:
-    """Pre-tokenise: [(piece, ends_word)], pieces in order, ends_word True when a space (or the end) follows.
-
-    "the dog." -> [("the", True), ("dog", False), (".", True)]
-    """
-    out = []
-    for word in text.split():
-        pieces = _PIECE_RE.findall(word)
-        out.extend((piece, i == len(pieces) - 1) for i, piece in enumerate(pieces))
-    return out
-
-
-class Vocab:
-    """A two-way map between tokens (str) and ids (int); ids 0-3 are always the special tokens.
-
-    ``vocab[token]`` -> id (``<unk>``'s id for an unknown token); ``vocab.itos[id]`` -> token.
-    """
-
-    def __init__(self, tokens=()):
-        self.itos: list[str] = list(SPECIAL_TOKENS)
-        self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
-        for token in tokens:
-            self.add(token)
-
-    @classmethod
-    def build(cls, counts, min_freq: int = 1, max_size: int | None = None) -> Vocab:
-        """Vocabulary of the tokens counted at least ``min_freq`` times, most frequent first (ties: alphabetical).
-
-        counts: a Counter (or any mapping token -> count). max_size: the largest vocabulary, specials included.
-        """
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"Vocab.build: min_freq must be an int >= 1, got {min_freq!r}")
-        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)
-                                     or max_size < len(SPECIAL_TOKENS)):
-            raise ValueError(f"Vocab.build: max_size must be None or an int >= {len(SPECIAL_TOKENS)}, got {max_size!r}")
-        ranked = sorted((t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS),
-                        key=lambda t: (-counts[t], t))
-        if max_size is not None:
-            ranked = ranked[: max_size - len(SPECIAL_TOKENS)]
-        return cls(ranked)
-
-    def add(self, token: str) -> int:
-        """Add a token (if new) and return its id."""
-        if token not in self.stoi:
-            self.stoi[token] = len(self.itos)
-            self.itos.append(token)
-        return self.stoi[token]
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def __contains__(self, token) -> bool:
-        return token in self.stoi
-
-    def __getitem__(self, token: str) -> int:
-        return self.stoi.get(token, UNK)
-
-    def is_lowercase(self) -> bool:
-        """True when its tokens hold letters and none of them is a capital: text in any other case can
-        only read as <unk> with such a vocabulary."""
-        letters = "".join(t for t in self.itos[len(SPECIAL_TOKENS):])
-        return letters.lower() == letters and letters.upper() != letters
-
-    def lookup_token(self, idx: int) -> str:
-        return self.itos[idx]
-
-
-def _check_ids(ids, vocab_size: int, where: str) -> list[int]:
-    """ids as a list of Python ints, each in [0, vocab_size)."""
-    if isinstance(ids, numpy.ndarray):
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise ValueError(f"{where}: ids must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
-        ids = ids.tolist()
-    elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        raise TypeError(f"{where}: ids must be a list of int, got {type(ids).__name__}")
-    out = []
-    for pos, i in enumerate(ids):
-        if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
-            raise TypeError(f"{where}: ids must be ints, got {type(i).__name__} at ids[{pos}]")
-        if not 0 <= i < vocab_size:
-            raise ValueError(f"{where}: ids[{pos}] = {int(i)} is outside the vocabulary [0, {vocab_size})")
-        out.append(int(i))
-    return out
+    return token.removesuffix(END_OF_WORD) if token.endswith(END_OF_WORD) or token in SPECIAL_TOKENS else token + "@@"
 
 
 class _Tokenizer:
-    """What both tokenisers share: the special ids, the size, and JSON round trips."""
+    """What both tokenisers share: special ids, size, encoding piece by piece, checked decoding, JSON."""
 
     pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
-    vocab: Vocab
+    kind: str                                   # "word" | "bpe": the "type" of to_dict
+    _label = staticmethod(str)                  # a token as a plot labels it
+
+    def __init__(self, vocab: Vocab | None = None, lowercase: bool = False):
+        self.vocab = Vocab() if vocab is None else vocab
+        self.lowercase = bool(lowercase)
 
     @property
     def vocab_size(self) -> int:
@@ -189,39 +83,49 @@ class _Tokenizer:
     def __len__(self) -> int:
         return len(self.vocab)
 
-    lowercase: bool
-
     def pieces(self, text: str) -> list[tuple[str, bool]]:
-        """How this tokeniser prepares a text, for training and for translating alike: lowercased if it
-        lowercases, then ``split_pieces``. -> [(piece, ends_word)]"""
+        """A text prepared for training and translating alike. -> [(piece, ends_word)]"""
         return split_pieces(text.lower() if self.lowercase else text)
 
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        _check_text(text, f"{type(self).__name__}.encode")
+        ids = [i for piece in self.pieces(text) for i in self._piece_ids(piece)]
+        return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
+
     def unknown_words(self, text: str) -> list[str]:
-        """The pieces of text (as ``pieces`` prepares them) that read as <unk>, each once, in order."""
+        """The pieces of text that read as <unk> (or hold a character BPE never saw), each once, in order."""
         _check_text(text, f"{type(self).__name__}.unknown_words")
-        return list(dict.fromkeys(piece for piece, ends in self.pieces(text) if self._unknown(piece, ends)))
+        unk = {UNK, self.vocab[UNK_END_OF_WORD]}
+        return list(dict.fromkeys(p for p, ends in self.pieces(text) if unk & set(self._piece_ids((p, ends)))))
 
     def token_labels(self, ids) -> list[str]:
-        """The tokens of ids, specials included, as people write them: plot labels. A word is itself; a BPE
-        piece loses its ``</w>``, and a piece inside a word gets ``@@`` ("orange@@ farbenen")."""
+        """The tokens of ids, specials included, as plot labels ("orange@@ farbenen" for BPE)."""
         return [self._label(t) for t in self._ids_to_tokens(ids, False, f"{type(self).__name__}.token_labels")]
 
-    def _label(self, token: str) -> str:
-        return token
-
-    def _unknown(self, piece: str, ends_word: bool) -> bool:  # pragma: no cover - each tokeniser defines it
-        raise NotImplementedError
-
     def _ids_to_tokens(self, ids, skip_special: bool, where: str) -> list[str]:
-        """Tokens for ids: stops at the first <eos>, drops <pad> and <bos> (when skip_special)."""
-        tokens = []
-        for i in _check_ids(ids, len(self.vocab), where):
-            if skip_special and i == EOS:
-                break
-            if skip_special and i in (PAD, BOS):
-                continue
-            tokens.append(self.vocab.itos[i])
-        return tokens
+        """The tokens of ids (each an int in [0, V)); skip_special: stop at the first <eos>, drop <pad> and <bos>."""
+        if isinstance(ids, numpy.ndarray) and (ids.ndim != 1 or ids.dtype.kind not in "iu"):
+            raise ValueError(f"{where}: ids must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TypeError(f"{where}: ids must be a list of int, got {type(ids).__name__}")
+        ids = ids.tolist() if isinstance(ids, numpy.ndarray) else list(ids)
+        for pos, i in enumerate(ids):
+            if isinstance(i, bool) or not isinstance(i, (int, numpy.integer)):
+                raise TypeError(f"{where}: ids must be ints, got {type(i).__name__} at ids[{pos}]")
+            if not 0 <= i < len(self.vocab):
+                raise ValueError(f"{where}: ids[{pos}] = {int(i)} is outside the vocabulary [0, {len(self.vocab)})")
+        if skip_special:
+            ids = [i for i in itertools.takewhile(lambda i: i != EOS, ids) if i not in (PAD, BOS)]
+        return [self.vocab.itos[i] for i in ids]
+
+    def to_dict(self) -> dict:
+        return {"type": self.kind, "lowercase": self.lowercase, "tokens": list(self.vocab.itos)}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        _check_dict(data, cls.kind, f"{cls.__name__}.from_dict")
+        merges = {"merges": data.get("merges", [])} if cls.kind == "bpe" else {}
+        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), lowercase=data.get("lowercase", False), **merges)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
@@ -232,116 +136,73 @@ class _Tokenizer:
 
     def save(self, path) -> Path:
         """Write the vocabulary (and merges) as UTF-8 JSON."""
-        path = Path(path)
-        path.write_text(self.to_json(), encoding="utf-8")
+        (path := Path(path)).write_text(self.to_json(), encoding="utf-8")
         return path
 
     @classmethod
     def load(cls, path):
-        text = _read_text(path)
-        return cls.from_dict(_parse_json(text, f"{cls.__name__}.load", f"path {str(path)!r}"))
-
-    def to_dict(self) -> dict:  # pragma: no cover - each tokeniser defines it
-        raise NotImplementedError
+        return cls.from_dict(_parse_json(_read_text(path), f"{cls.__name__}.load", f"path {str(path)!r}"))
 
 
 class WordTokenizer(_Tokenizer):
-    """One id per word or punctuation mark; unknown words become <unk>.
+    """One id per word or punctuation mark, unknown words <unk>: "The dog, too." -> The dog , too . (decode joins
+    with single spaces: exact on text written that way, the toy corpus)."""
 
-    tokenize("The dog, too.") -> ["The", "dog", ",", "too", "."]   (["the", ...] with lowercase=True)
-    decode joins the tokens with single spaces: exact on text written that way (the toy corpus).
-    """
-
-    def __init__(self, vocab: Vocab | None = None, lowercase: bool = False):
-        self.vocab = Vocab() if vocab is None else vocab
-        self.lowercase = bool(lowercase)
+    kind = "word"
 
     @classmethod
     def build(cls, texts, min_freq: int = 1, max_size: int | None = None, lowercase: bool = False) -> WordTokenizer:
         """Learn a vocabulary from texts (list of str): words seen >= min_freq times, at most max_size ids."""
         texts = _check_texts(texts, "WordTokenizer.build")
         tokenizer = cls(lowercase=lowercase)
-        counts = Counter(token for text in texts for token in tokenizer.tokenize(text))
+        counts = Counter(piece for text in texts for piece, _ in tokenizer.pieces(text))
         tokenizer.vocab = Vocab.build(counts, min_freq=min_freq, max_size=max_size)
         return tokenizer
 
     def tokenize(self, text: str) -> list[str]:
-        text = _check_text(text, "WordTokenizer.tokenize")
-        return [piece for piece, _ in self.pieces(text)]
+        return [piece for piece, _ in self.pieces(_check_text(text, "WordTokenizer.tokenize"))]
 
-    def _unknown(self, piece: str, ends_word: bool) -> bool:
-        return piece not in self.vocab
-
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        _check_text(text, "WordTokenizer.encode")
-        ids = [self.vocab[token] for token in self.tokenize(text)]
-        return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
+    def _piece_ids(self, piece: tuple[str, bool]) -> tuple[int]:
+        return (self.vocab[piece[0]],)
 
     def decode(self, ids, skip_special: bool = True) -> str:
         return " ".join(self._ids_to_tokens(ids, skip_special, "WordTokenizer.decode"))
 
-    def to_dict(self) -> dict:
-        return {"type": "word", "lowercase": self.lowercase, "tokens": list(self.vocab.itos)}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> WordTokenizer:
-        _check_dict(data, "word", "WordTokenizer.from_dict")
-        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), lowercase=data.get("lowercase", False))
-
 
 class BPETokenizer(_Tokenizer):
-    """Byte-pair encoding with an end-of-word marker; one vocabulary for source and target, as in the paper.
+    """Byte-pair encoding with an end-of-word marker. Learning starts each piece as its characters (d o g</w>),
+    then again and again merges the most frequent adjacent pair (ties: alphabetical) and records the merge.
+    Vocabulary: specials, every character seen (plain and with </w>), one symbol per merge, last <unk></w> (last,
+    so a vocabulary saved without it keeps every other id). Encoding applies the merges in learned order, which
+    reproduces the training segmentation; ``decode(encode(text)) == " ".join(text.split())`` (lowercased if it
+    lowercases) when every character was seen in training."""
 
-    Learning (``learn``): every piece starts as its characters, the last one marked ``</w>`` when the piece
-    ends a word ("dog" at the end of a word: d o g</w>). Repeatedly count adjacent symbol pairs over the
-    corpus (weighted by how often each piece occurs), merge the most frequent pair everywhere (ties: the
-    alphabetically first pair), and record the merge. The vocabulary is the specials, every character seen
-    (plain and with </w>), one new symbol per merge, and last ``<unk></w>``: the end-of-word form of <unk>,
-    which every character has too (it comes last so that a vocabulary saved without it has the same ids for
-    everything else: such a vocabulary loads unchanged and encodes an unknown word end as plain <unk>).
-
-    Encoding applies the recorded merges to a piece in the order they were learned (always the lowest-ranked
-    pair present first), which reproduces the training segmentation. Pieces are cached, so a corpus costs
-    one BPE run per distinct word.
-
-    Decoding concatenates the symbols and turns each ``</w>`` back into a space, so
-    ``decode(encode(text)) == " ".join(text.split())`` (lowercased, for a tokenizer made with lowercase=True)
-    whenever every character of text was seen in training;
-    otherwise each unseen character reads ``<unk>`` and the spaces stay where they were.
-    """
+    kind = "bpe"
+    _label = staticmethod(_readable_piece)
 
     def __init__(self, vocab: Vocab | None = None, merges=(), lowercase: bool = False):
-        self.vocab = Vocab() if vocab is None else vocab
-        self.lowercase = bool(lowercase)
+        super().__init__(vocab, lowercase)
         self.merges: list[tuple[str, str]] = [tuple(m) for m in merges]
         self.ranks: dict[tuple[str, str], int] = {pair: r for r, pair in enumerate(self.merges)}
         self._cache: dict[tuple[str, bool], tuple[int, ...]] = {}
 
-    # ------------------------------------------------------------------ learning
-
     @classmethod
     def learn(cls, texts, vocab_size: int | None = None, num_merges: int | None = None,
               min_frequency: int = 2, lowercase: bool = False) -> BPETokenizer:
-        """Learn merges from texts (list of str; for a shared vocabulary pass source and target texts together).
-
-        Give exactly one of vocab_size (the final vocabulary size, specials included) or num_merges.
-        Learning stops early when no pair occurs at least min_frequency times. A piece longer than
-        MAX_LEARN_CHARS characters is learned from in parts of that length, so its cost stays linear.
-        lowercase: lowercase every text before learning and encoding (decode then gives lowercase text).
-        """
+        """Learn merges from texts (list of str; source and target together for a shared vocabulary). Give exactly
+        one of vocab_size (specials included) or num_merges; stops early when no pair occurs min_frequency times."""
         texts = _check_texts(texts, "BPETokenizer.learn")
         if (vocab_size is None) == (num_merges is None):
             raise ValueError("BPETokenizer.learn: give exactly one of vocab_size or num_merges, "
                              f"got vocab_size={vocab_size!r}, num_merges={num_merges!r}")
         for name, value in (("vocab_size", vocab_size), ("num_merges", num_merges)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"BPETokenizer.learn: {name} must be a non-negative int, got {value!r}")
-        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ValueError(f"BPETokenizer.learn: min_frequency must be an int >= 1, got {min_frequency!r}")
+            if value is not None:
+                checks.int_in("BPETokenizer.learn", name, value, 0, sys.maxsize)
+        checks.positive_int("BPETokenizer.learn", "min_frequency", min_frequency)
 
-        # Distinct pieces and their counts; each piece as a list of symbols.
-        reader = cls(lowercase=lowercase)                 # prepares the text as encode will
-        piece_counts = Counter(chunk for text in texts for p in reader.pieces(text) for chunk in _learning_chunks(*p))
+        # Distinct pieces (prepared as encode will) and their counts; each piece as a list of symbols.
+        piece_counts = Counter(chunk for text in texts for p in cls(lowercase=lowercase).pieces(text)
+                               for chunk in _learning_chunks(*p))
         words = [_initial_symbols(piece, ends_word) for piece, ends_word in piece_counts]
         freqs = list(piece_counts.values())
 
@@ -364,95 +225,58 @@ class BPETokenizer(_Tokenizer):
         heapq.heapify(heap)
 
         merges = []
-        while heap:
-            if num_merges is not None and len(merges) >= num_merges:
-                break
-            if vocab_size is not None and len(vocab) + 1 >= vocab_size:    # + 1: <unk></w> comes after the merges
-                break
+        while heap and (num_merges is None or len(merges) < num_merges) and \
+                (vocab_size is None or len(vocab) + 1 < vocab_size):      # + 1: <unk></w> comes after the merges
             neg_count, pair = heapq.heappop(heap)
             if pair_counts.get(pair, 0) != -neg_count:
                 continue                                  # stale entry: the count changed after it was pushed
             if -neg_count < min_frequency:
                 break
             merges.append(pair)
-            vocab.add(pair[0] + pair[1])
+            merged = pair[0] + pair[1]
+            vocab.add(merged)
             # Only pairs with a, b or ab in them change; the rest of a word's pairs stay as they are.
-            touched, merged = {pair[0], pair[1], pair[0] + pair[1]}, pair[0] + pair[1]
+            touched = {pair[0], pair[1], merged}
             delta: Counter = Counter()                    # how each pair's count changes with this merge
             for w in where.pop(pair):
                 old = words[w]
                 new = _merge_pair(old, pair)
                 if new is old:
                     continue
-                for p in itertools.pairwise(old):               # take the word's old pairs out ...
-                    if p[0] in touched or p[1] in touched:
-                        delta[p] -= freqs[w]
-                for p in itertools.pairwise(new):               # ... and put its new pairs in
-                    if p[0] in touched or p[1] in touched:
-                        delta[p] += freqs[w]
-                        if merged in p:
-                            where.setdefault(p, set()).add(w)
+                for sign, symbols in ((-1, old), (1, new)):     # the word's old pairs out, its new pairs in
+                    for p in itertools.pairwise(symbols):
+                        if p[0] in touched or p[1] in touched:
+                            delta[p] += sign * freqs[w]
+                            if sign > 0 and merged in p:
+                                where.setdefault(p, set()).add(w)
                 words[w] = new
             for p, d in delta.items():                          # a pair whose count is unchanged keeps its entry
-                if d:
-                    c = pair_counts[p] + d
-                    if c > 0:
-                        pair_counts[p] = c
-                        heapq.heappush(heap, (-c, p))
-                    else:
-                        del pair_counts[p]
+                if d and (c := pair_counts.pop(p, 0) + d) > 0:
+                    pair_counts[p] = c
+                    heapq.heappush(heap, (-c, p))
         vocab.add(UNK_END_OF_WORD)
         return cls(vocab, merges, lowercase=lowercase)
 
-    # ------------------------------------------------------------------ encoding and decoding
-
     def tokenize(self, text: str) -> list[str]:
         """The subword symbols of text: "the dog." -> ["the</w>", "dog", ".</w>"] (given the merges)."""
-        _check_text(text, "BPETokenizer.tokenize")
-        return [self.vocab.itos[i] for i in self.encode(text)]
-
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        _check_text(text, "BPETokenizer.encode")
-        ids = [BOS] if add_bos else []
-        for piece in self.pieces(text):
-            ids.extend(self._piece_ids(piece))
-        if add_eos:
-            ids.append(EOS)
-        return ids
+        return [self.vocab.itos[i] for i in self.encode(_check_text(text, "BPETokenizer.tokenize"))]
 
     def _piece_ids(self, piece: tuple[str, bool]) -> tuple[int, ...]:
+        """A piece's ids, cached; an unseen character is <unk>, or <unk></w> (if the vocabulary has it) at the end."""
         cached = self._cache.get(piece)
         if cached is None:
-            symbols = self._apply_merges(_initial_symbols(*piece))
-            cached = tuple(self._symbol_id(s) for s in symbols)
+            unk_end = self.vocab[UNK_END_OF_WORD]
+            cached = tuple(self.vocab.stoi.get(s, unk_end if s.endswith(END_OF_WORD) else UNK)
+                           for s in self._apply_merges(_initial_symbols(*piece)))
             if len(self._cache) < 200_000 and len(piece[0]) <= MAX_LEARN_CHARS:
                 self._cache[piece] = cached
         return cached
 
-    def _label(self, token: str) -> str:
-        return _readable_piece(token)
-
-    def _unknown(self, piece: str, ends_word: bool) -> bool:
-        """A piece with a character the vocabulary never saw (it reads as <unk> or <unk></w>)."""
-        unk = (UNK, self.vocab[UNK_END_OF_WORD])
-        return any(i in unk for i in self._piece_ids((piece, ends_word)))
-
-    def _symbol_id(self, symbol: str) -> int:
-        """The id of a symbol; an unseen character is <unk>, or <unk></w> when it ends a word (in a vocabulary
-        saved without <unk></w>, ``self.vocab`` gives <unk> instead)."""
-        if symbol in self.vocab or not symbol.endswith(END_OF_WORD):
-            return self.vocab[symbol]
-        return self.vocab[UNK_END_OF_WORD]
-
     def _apply_merges(self, symbols: list[str]) -> list[str]:
-        """Merge the lowest-ranked (earliest learned) adjacent pair, every occurrence left to right, again and
-        again, until no adjacent pair is a merge: the order learning merged them in.
-
-        A word of n symbols costs O(n log n), whatever its length: the symbols form a linked list (``after[i]``,
-        ``before[i]``; a symbol merged into its left neighbour becomes None) and a heap holds (rank, position)
-        of every mergeable pair. The heap hands over all pairs of the lowest rank at once, in position order,
-        which is the left-to-right pass over the word; an entry whose symbols have changed since it was
-        pushed is skipped. Each merge removes a symbol and pushes at most two pairs (its new neighbours)."""
+        """Merge the lowest-ranked adjacent pair, every occurrence left to right, until none is a merge. O(n log n):
+        the symbols form a linked list (a symbol merged into its left neighbour becomes None), a heap holds (rank,
+        position) of each mergeable pair and hands over a whole rank in position order (the left-to-right pass);
+        stale entries are skipped, and each merge removes a symbol and pushes at most two pairs."""
         n = len(symbols)
         symbols = list(symbols)
         after, before = list(range(1, n + 1)), list(range(-1, n - 1))         # n / -1: no neighbour
@@ -480,54 +304,33 @@ class BPETokenizer(_Tokenizer):
         return [s for s in symbols if s is not None]
 
     def decode(self, ids, skip_special: bool = True) -> str:
-        out = []
-        for token in self._ids_to_tokens(ids, skip_special, "BPETokenizer.decode"):
-            if token.endswith(END_OF_WORD):
-                out.append(token[: -len(END_OF_WORD)] + " ")
-            else:
-                out.append(token)
-        text = "".join(out)
-        return text.removesuffix(" ")              # the space of the last </w>
+        tokens = self._ids_to_tokens(ids, skip_special, "BPETokenizer.decode")
+        return "".join(t.removesuffix(END_OF_WORD) + " " if t.endswith(END_OF_WORD) else t
+                       for t in tokens).removesuffix(" ")              # the space of the last </w>
 
     def to_dict(self) -> dict:
-        return {"type": "bpe", "lowercase": self.lowercase, "tokens": list(self.vocab.itos),
-                "merges": [list(m) for m in self.merges]}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> BPETokenizer:
-        _check_dict(data, "bpe", "BPETokenizer.from_dict")
-        return cls(Vocab(data["tokens"][len(SPECIAL_TOKENS):]), [tuple(m) for m in data.get("merges", [])],
-                   lowercase=data.get("lowercase", False))
+        return {**super().to_dict(), "merges": [list(m) for m in self.merges]}
 
 
 def _learning_chunks(piece: str, ends_word: bool):
-    """What learning counts pairs in: the piece itself, or a piece longer than MAX_LEARN_CHARS cut into parts of
-    that many characters (the last keeps ends_word). Each merge rewrites every part that holds its pair, so an
-    uncut piece of n characters would cost O(n) per merge; the pairs across a cut (one per MAX_LEARN_CHARS
-    characters of a word longer than any real one) are not counted."""
-    if len(piece) <= MAX_LEARN_CHARS:
-        yield piece, ends_word
-        return
+    """A piece cut into parts of MAX_LEARN_CHARS (the last keeps ends_word): a merge rewrites every part holding
+    its pair, so an uncut piece would cost O(n) per merge; the few pairs across a cut are not counted."""
     for start in range(0, len(piece), MAX_LEARN_CHARS):
         yield piece[start:start + MAX_LEARN_CHARS], ends_word and start + MAX_LEARN_CHARS >= len(piece)
 
 
 def _initial_symbols(piece: str, ends_word: bool) -> list[str]:
     """'dog', True -> ['d', 'o', 'g</w>']"""
-    symbols = list(piece)
-    if ends_word:
-        symbols[-1] += END_OF_WORD
-    return symbols
+    return list(piece[:-1]) + [piece[-1] + END_OF_WORD] if ends_word else list(piece)
 
 
 def _merge_pair(symbols: list[str], pair: tuple[str, str]) -> list[str]:
-    """Replace every non-overlapping occurrence of pair (left to right) by the joined symbol.
-    Returns the same list object when pair does not occur."""
-    a, b = pair
+    """Every non-overlapping occurrence of pair (left to right) replaced by the joined symbol; the same list
+    object when pair does not occur."""
     out, i, n = [], 0, len(symbols)
     while i < n:
-        if i < n - 1 and symbols[i] == a and symbols[i + 1] == b:
-            out.append(a + b)
+        if i < n - 1 and (symbols[i], symbols[i + 1]) == pair:
+            out.append(pair[0] + pair[1])
             i += 2
         else:
             out.append(symbols[i])
@@ -540,16 +343,14 @@ def _check_dict(data, kind: str, where: str) -> None:
     if not isinstance(data, dict) or data.get("type") != kind or "tokens" not in data:
         raise ValueError(f"{where}: data must be a dict with type={kind!r} and tokens, got "
                          f"{type(data).__name__} with type={data.get('type') if isinstance(data, dict) else None!r}")
-    tokens = data["tokens"]
+    tokens, merges = data["tokens"], data.get("merges", [])
     if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
         raise TypeError(f"{where}: data['tokens'] must be a list of str, got {tokens!r:.80}")
     if list(tokens[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
         raise ValueError(f"{where}: data's tokens must start with {SPECIAL_TOKENS}, got {tokens[:4]!r}")
     if len(set(tokens)) != len(tokens):
-        repeated = sorted(t for t, c in Counter(tokens).items() if c > 1)
-        raise ValueError(f"{where}: data['tokens'] must not repeat a token (every later id would shift), "
-                         f"got {repeated[:5]!r} more than once")
-    merges = data.get("merges", [])
+        raise ValueError(f"{where}: data['tokens'] must not repeat a token (every later id would shift), got "
+                         f"{sorted(t for t, c in Counter(tokens).items() if c > 1)[:5]!r} more than once")
     if not isinstance(merges, (list, tuple)) or not all(
             isinstance(m, (list, tuple)) and len(m) == 2 and all(isinstance(x, str) for x in m) for m in merges):
         raise TypeError(f"{where}: data['merges'] must be a list of [str, str] pairs, got {merges!r:.80}")
@@ -567,6 +368,15 @@ def _parse_json(text, where: str, what: str):
         raise ValueError(f"{where}: {what} does not hold valid JSON ({err})") from None
 
 
+def _read_text(path) -> str:
+    """A saved tokeniser's text: from a regular file only (a FIFO is refused, not waited on)."""
+    with files.open_regular(path, "tokenizer file") as f:
+        try:
+            return f.read().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
 def tokenizer_from_dict(data: dict):
     """A WordTokenizer or BPETokenizer from what its ``to_dict`` returned (checkpoints store that)."""
     kinds = {"word": WordTokenizer, "bpe": BPETokenizer}
@@ -580,16 +390,6 @@ def tokenizer_from_json(text: str):
     return tokenizer_from_dict(_parse_json(text, "tokenizer_from_json", "text"))
 
 
-def _read_text(path) -> str:
-    """A saved tokeniser's text: from a regular file only (a FIFO is refused, not waited on)."""
-    with files.open_regular(path, "tokenizer file") as f:
-        try:
-            return f.read().decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-
-
 def load_tokenizer(path):
     """Read a tokeniser saved with ``save(path)``, whichever kind it is."""
-    text = _read_text(path)
-    return tokenizer_from_dict(_parse_json(text, "load_tokenizer", f"path {str(path)!r}"))
+    return tokenizer_from_dict(_parse_json(_read_text(path), "load_tokenizer", f"path {str(path)!r}"))

@@ -13,20 +13,20 @@ attention, because German does not keep the English word order and marks what En
 - verb-final subordinate clauses:      "... because the dog sees the cat" -> "... , weil der hund die katze sieht"
 - plural (and its dative -n), "in dem" -> "im", "a" / "an".
 
-Everything is lowercase and every punctuation mark is its own space-separated token on both sides, so
-a word tokeniser and BLEU's 13a tokenisation see the same tokens.
-
-Determinism: the only source of randomness is ``random.Random(seed).random()``, whose sequence Python
-guarantees across versions, so the same seed writes the same corpus everywhere. Sentences are drawn until
-there are enough distinct pairs; the first ``SPLIT_SIZES["train"]`` go to train, the next to valid and test,
-so no sentence (English or German) appears in two splits.
+Everything is lowercase, every punctuation mark its own token, so a word tokeniser and BLEU's 13a see the same
+tokens. The only randomness is ``random.Random(seed).random()``, whose sequence Python keeps across versions:
+the same seed writes the same corpus everywhere. Distinct pairs are drawn and split in order (train, valid,
+test), so no sentence of either language is in two splits.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import namedtuple
 from pathlib import Path
+
+from minitransformer import checks
 
 DEFAULT_SEED = 0
 SPLITS = ("train", "valid", "test")
@@ -35,59 +35,34 @@ MIN_TOKENS, MAX_TOKENS = 5, 20          # sentence length in tokens, both sides,
 
 # ----------------------------------------------------------------------------- the lexicon
 
-# en, en_pl: English singular and plural. de, de_pl: German singular and plural; de_dat_pl the dative plural
-# (plural + "n" unless it already ends in -n or -s). gender: "m" | "f" | "n". kind: what the noun can do.
+# A noun: English singular and plural; German singular, plural and dative plural (plural + "n" unless it ends in
+# -n or -s); gender "m" | "f" | "n"; kind, what the noun can do. The table: kind, gender, then its nouns.
 Noun = namedtuple("Noun", "en en_pl de de_pl de_dat_pl gender kind")
+_NOUN_TABLE = """
+person m  man men mann männer | father fathers vater väter | teacher teachers lehrer lehrer
+person f  woman women frau frauen | mother mothers mutter mütter
+person n  child children kind kinder | girl girls mädchen mädchen
+animal m  dog dogs hund hunde | bird birds vogel vögel
+animal f  cat cats katze katzen | mouse mice maus mäuse
+animal n  horse horses pferd pferde
+thing m   ball balls ball bälle | key keys schlüssel schlüssel | apple apples apfel äpfel
+thing m   letter letters brief briefe
+thing f   flower flowers blume blumen | lamp lamps lampe lampen | cup cups tasse tassen
+thing n   book books buch bücher | picture pictures bild bilder | bread breads brot brote | car cars auto autos
+place m   garden gardens garten gärten | park parks park parks
+place f   school schools schule schulen | kitchen kitchens küche küchen
+place n   house houses haus häuser
+"""
+NOUNS = [Noun(en, en_pl, de, pl, pl if pl.endswith(("n", "s")) else pl + "n", gender, kind)
+         for kind, gender, rest in (line.split(maxsplit=2) for line in _NOUN_TABLE.strip().splitlines())
+         for en, en_pl, de, pl in (entry.split() for entry in rest.split("|"))]
 
-NOUNS = [
-    Noun("man", "men", "mann", "männer", "männern", "m", "person"),
-    Noun("father", "fathers", "vater", "väter", "vätern", "m", "person"),
-    Noun("teacher", "teachers", "lehrer", "lehrer", "lehrern", "m", "person"),
-    Noun("woman", "women", "frau", "frauen", "frauen", "f", "person"),
-    Noun("mother", "mothers", "mutter", "mütter", "müttern", "f", "person"),
-    Noun("child", "children", "kind", "kinder", "kindern", "n", "person"),
-    Noun("girl", "girls", "mädchen", "mädchen", "mädchen", "n", "person"),
-    Noun("dog", "dogs", "hund", "hunde", "hunden", "m", "animal"),
-    Noun("bird", "birds", "vogel", "vögel", "vögeln", "m", "animal"),
-    Noun("cat", "cats", "katze", "katzen", "katzen", "f", "animal"),
-    Noun("mouse", "mice", "maus", "mäuse", "mäusen", "f", "animal"),
-    Noun("horse", "horses", "pferd", "pferde", "pferden", "n", "animal"),
-    Noun("ball", "balls", "ball", "bälle", "bällen", "m", "thing"),
-    Noun("key", "keys", "schlüssel", "schlüssel", "schlüsseln", "m", "thing"),
-    Noun("apple", "apples", "apfel", "äpfel", "äpfeln", "m", "thing"),
-    Noun("letter", "letters", "brief", "briefe", "briefen", "m", "thing"),
-    Noun("flower", "flowers", "blume", "blumen", "blumen", "f", "thing"),
-    Noun("lamp", "lamps", "lampe", "lampen", "lampen", "f", "thing"),
-    Noun("cup", "cups", "tasse", "tassen", "tassen", "f", "thing"),
-    Noun("book", "books", "buch", "bücher", "büchern", "n", "thing"),
-    Noun("picture", "pictures", "bild", "bilder", "bildern", "n", "thing"),
-    Noun("bread", "breads", "brot", "brote", "broten", "n", "thing"),
-    Noun("car", "cars", "auto", "autos", "autos", "n", "thing"),
-    Noun("garden", "gardens", "garten", "gärten", "gärten", "m", "place"),
-    Noun("park", "parks", "park", "parks", "parks", "m", "place"),
-    Noun("school", "schools", "schule", "schulen", "schulen", "f", "place"),
-    Noun("kitchen", "kitchens", "küche", "küchen", "küchen", "f", "place"),
-    Noun("house", "houses", "haus", "häuser", "häusern", "n", "place"),
-]
-
-# German adjectives: the stem takes the ending, the predicative form stands after "ist" (müde: stem "müd").
+# English, then the German predicative form (after "ist"); the stem that takes an ending drops a final e (müd-).
 Adjective = namedtuple("Adjective", "en stem predicative")
-
-ADJECTIVES = [
-    Adjective("big", "groß", "groß"),
-    Adjective("small", "klein", "klein"),
-    Adjective("old", "alt", "alt"),
-    Adjective("young", "jung", "jung"),
-    Adjective("new", "neu", "neu"),
-    Adjective("red", "rot", "rot"),
-    Adjective("black", "schwarz", "schwarz"),
-    Adjective("white", "weiß", "weiß"),
-    Adjective("beautiful", "schön", "schön"),
-    Adjective("fast", "schnell", "schnell"),
-    Adjective("hungry", "hungrig", "hungrig"),
-    Adjective("tired", "müd", "müde"),
-    Adjective("happy", "glücklich", "glücklich"),
-]
+ADJECTIVES = [Adjective(en, de.removesuffix("e"), de) for en, de in [
+    ("big", "groß"), ("small", "klein"), ("old", "alt"), ("young", "jung"), ("new", "neu"), ("red", "rot"),
+    ("black", "schwarz"), ("white", "weiß"), ("beautiful", "schön"), ("fast", "schnell"), ("hungry", "hungrig"),
+    ("tired", "müde"), ("happy", "glücklich")]]
 ANIMATE_PREDICATES = ["big", "small", "old", "young", "fast", "hungry", "tired", "happy"]
 THING_PREDICATES = ["big", "small", "old", "new", "red", "black", "white", "beautiful"]
 _ADJ = {a.en: a for a in ADJECTIVES}
@@ -128,27 +103,20 @@ TIME_PRESENT = [("today", "heute"), ("now", "jetzt"), ("tomorrow", "morgen"), ("
                 ("in the morning", "am morgen"), ("in the evening", "am abend")]
 TIME_PERFECT = [("today", "heute"), ("yesterday", "gestern"), ("in the morning", "am morgen")]
 
-# Articles by determiner, case and gender ("pl" for plural). A bare plural ("dogs") has no article.
-ARTICLES = {
-    "def": {"nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
-            "acc": {"m": "den", "f": "die", "n": "das", "pl": "die"},
-            "dat": {"m": "dem", "f": "der", "n": "dem", "pl": "den"}},
-    "indef": {"nom": {"m": "ein", "f": "eine", "n": "ein"},
-              "acc": {"m": "einen", "f": "eine", "n": "ein"},
-              "dat": {"m": "einem", "f": "einer", "n": "einem"}},
-}
-# Adjective endings: weak after "der", mixed after "ein", strong with no article (plural only here).
-ADJECTIVE_ENDINGS = {
-    "def": {"nom": {"m": "e", "f": "e", "n": "e", "pl": "en"},
-            "acc": {"m": "en", "f": "e", "n": "e", "pl": "en"},
-            "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"}},
-    "indef": {"nom": {"m": "er", "f": "e", "n": "es"},
-              "acc": {"m": "en", "f": "e", "n": "es"},
-              "dat": {"m": "en", "f": "en", "n": "en"}},
-    "none": {"nom": {"pl": "e"}, "acc": {"pl": "e"}, "dat": {"pl": "en"}},
-}
 
-# ----------------------------------------------------------------------------- random choices
+def _forms(table: str) -> dict:
+    """A declension grid, cases nom / acc / dat, genders m f n pl ("-": no such form) -> {case: {gender: form}}."""
+    return {case: {gender: form for gender, form in zip(("m", "f", "n", "pl"), row.split()) if form != "-"}
+            for case, row in zip(("nom", "acc", "dat"), table.split("/"))}
+
+
+# Articles by determiner. A bare plural ("dogs") has no article.
+ARTICLES = {"def": _forms("der die das die / den die das die / dem der dem den"),
+            "indef": _forms("ein eine ein - / einen eine ein - / einem einer einem -")}
+# Adjective endings: weak after "der", mixed after "ein", strong with no article (plural only here).
+ADJECTIVE_ENDINGS = {"def": _forms("e e e en / en e e en / en en en en"),
+                     "indef": _forms("er e es - / en e es - / en en en -"),
+                     "none": _forms("- - - e / - - - e / - - - en")}
 
 
 def _pick(rng: random.Random, items):
@@ -160,17 +128,11 @@ def _chance(rng: random.Random, p: float) -> bool:
     return rng.random() < p
 
 
-# ----------------------------------------------------------------------------- phrases
-
-
 def noun_phrase(rng: random.Random, kinds, case: str, adjective_p: float = 0.35):
     """A noun phrase in both languages.   -> (English tokens, German tokens, "sg" | "pl")"""
     noun = _pick(rng, [n for n in NOUNS if n.kind in kinds])
     number = "pl" if _chance(rng, 0.3) else "sg"
-    if number == "pl":
-        det = "def" if _chance(rng, 0.6) else "none"
-    else:
-        det = "def" if _chance(rng, 0.65) else "indef"
+    det = ("def" if _chance(rng, 0.6) else "none") if number == "pl" else ("def" if _chance(rng, 0.65) else "indef")
     adjective = _ADJ[_pick(rng, THING_PREDICATES if noun.kind in ("thing", "place") else ANIMATE_PREDICATES)] \
         if _chance(rng, adjective_p) else None
 
@@ -220,17 +182,14 @@ def clause(rng: random.Random, pp_p: float) -> Clause:
 
     verb = _pick(rng, VERBS)
     en_subj, de_subj, number = noun_phrase(rng, verb.subj, "nom")
-    en_obj, de_obj = [], []
+    objects = []                                          # (English, German) of each object, then a phrase
     if verb.frame in ("dat", "dat_acc"):
-        kinds = ANIMATE if verb.frame == "dat_acc" else verb.obj
-        e, d, _ = noun_phrase(rng, kinds, "dat")
-        en_obj, de_obj = en_obj + e, de_obj + d
+        objects.append(noun_phrase(rng, ANIMATE if verb.frame == "dat_acc" else verb.obj, "dat")[:2])
     if verb.frame in ("acc", "dat_acc"):
-        e, d, _ = noun_phrase(rng, verb.obj, "acc")
-        en_obj, de_obj = en_obj + e, de_obj + d
+        objects.append(noun_phrase(rng, verb.obj, "acc")[:2])
     if _chance(rng, pp_p):
-        e, d = prepositional_phrase(rng)
-        en_obj, de_obj = en_obj + e, de_obj + d
+        objects.append(prepositional_phrase(rng))
+    en_obj, de_obj = [w for e, _ in objects for w in e], [w for _, d in objects for w in d]
 
     singular = number == "sg"
     if _chance(rng, 0.3):                                 # perfect: has seen / hat ... gesehen
@@ -241,19 +200,12 @@ def clause(rng: random.Random, pp_p: float) -> Clause:
     return Clause(en, de_subj, [verb.de if singular else verb.de_pl], de_obj, [], "present")
 
 
-def _main(c: Clause) -> list:
-    return c.subj + c.finite + c.middle + c.end
+_ORDERS = {"main": "subj finite middle end", "inverted": "finite subj middle end", "sub": "subj middle end finite"}
 
 
-def _inverted(c: Clause) -> list:
-    return c.finite + c.subj + c.middle + c.end
-
-
-def _subordinate(c: Clause) -> list:
-    return c.subj + c.middle + c.end + c.finite
-
-
-# ----------------------------------------------------------------------------- sentences
+def _german(c: Clause, order: str) -> list:
+    """The German words of a clause in one of the three orders of ``clause``'s docstring."""
+    return [word for part in _ORDERS[order].split() for word in getattr(c, part)]
 
 
 def sentence_pair(rng: random.Random) -> tuple[str, str]:
@@ -263,71 +215,58 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
         c = clause(rng, pp_p=0.35)
         if shape == "fronted":                           # verb second: the finite verb moves before the subject
             en_time, de_time = _pick(rng, TIME_PERFECT if c.tense == "perfect" else TIME_PRESENT)
-            en, de = en_time.split() + c.en, de_time.split() + _inverted(c)
+            en, de = en_time.split() + c.en, de_time.split() + _german(c, "inverted")
         else:
-            en, de = c.en, _main(c)
+            en, de = c.en, _german(c, "main")
     elif shape == "then_sub":                            # main clause, then a verb-final subordinate clause
         main, sub = clause(rng, pp_p=0.25), clause(rng, pp_p=0.15)
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = main.en + [en_conj] + sub.en
-        de = _main(main) + [",", de_conj] + _subordinate(sub)
+        de = _german(main, "main") + [",", de_conj] + _german(sub, "sub")
     elif shape == "sub_first":                           # subordinate clause first: the main clause starts with its verb
         sub, main = clause(rng, pp_p=0.15), clause(rng, pp_p=0.25)
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = [en_conj] + sub.en + [","] + main.en
-        de = [de_conj] + _subordinate(sub) + [","] + _inverted(main)
+        de = [de_conj] + _german(sub, "sub") + [","] + _german(main, "inverted")
     else:                                                # "the woman says that ..." -> "die frau sagt , dass ..."
         en_subj, de_subj, number = noun_phrase(rng, ("person",), "nom")
         en_verb, en_verb_pl, de_verb, de_verb_pl = _pick(rng, REPORT_VERBS)
         sub = clause(rng, pp_p=0.2)
         singular = number == "sg"
         en = en_subj + [en_verb if singular else en_verb_pl, "that"] + sub.en
-        de = de_subj + [de_verb if singular else de_verb_pl, ",", "dass"] + _subordinate(sub)
+        de = de_subj + [de_verb if singular else de_verb_pl, ",", "dass"] + _german(sub, "sub")
     return " ".join(en + ["."]), " ".join(de + ["."])
 
 
 def generate_corpus(seed: int = DEFAULT_SEED, sizes: dict | None = None) -> dict:
-    """The toy corpus: {split: [(english, german), ...]} for train, valid and test, disjoint and deterministic.
-
-    sizes: number of pairs per split (default SPLIT_SIZES). Same seed and sizes -> the same corpus.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"generate_corpus: seed must be a non-negative int, got {seed!r}")
+    """The toy corpus: {split: [(english, german), ...]}, disjoint and deterministic; sizes: pairs per split."""
+    seed = checks.int_in("generate_corpus", "seed", seed, 0, 2**63 - 1)
     sizes = dict(SPLIT_SIZES if sizes is None else sizes)
     if set(sizes) != set(SPLITS) or any(not isinstance(n, int) or n < 0 for n in sizes.values()):
         raise ValueError(f"generate_corpus: sizes must map each of {SPLITS} to a non-negative int, got {sizes!r}")
-    rng = random.Random(seed)
+    rng, wanted = random.Random(seed), sum(sizes.values())
     pairs, seen_en, seen_de = [], set(), set()
-    wanted = sum(sizes.values())
-    attempts = 0
-    while len(pairs) < wanted:
-        attempts += 1
-        if attempts > 50 * wanted + 1000:
-            raise RuntimeError(f"generate_corpus: could not draw {wanted} distinct pairs")
+    for _ in range(50 * wanted + 1000):
+        if len(pairs) == wanted:
+            break
         en, de = sentence_pair(rng)
-        n_en, n_de = en.count(" ") + 1, de.count(" ") + 1
-        if not (MIN_TOKENS <= n_en <= MAX_TOKENS and MIN_TOKENS <= n_de <= MAX_TOKENS):
-            continue
-        if en in seen_en or de in seen_de:                # distinct on both sides: splits cannot overlap
-            continue
-        seen_en.add(en)
-        seen_de.add(de)
-        pairs.append((en, de))
-    corpus, start = {}, 0
-    for split in SPLITS:
-        corpus[split] = pairs[start:start + sizes[split]]
-        start += sizes[split]
-    return corpus
+        if MIN_TOKENS <= en.count(" ") + 1 <= MAX_TOKENS and MIN_TOKENS <= de.count(" ") + 1 <= MAX_TOKENS \
+                and en not in seen_en and de not in seen_de:   # distinct on both sides: splits cannot overlap
+            seen_en.add(en)
+            seen_de.add(de)
+            pairs.append((en, de))
+    if len(pairs) < wanted:
+        raise RuntimeError(f"generate_corpus: could not draw {wanted} distinct pairs")
+    ends = list(itertools.accumulate(sizes[split] for split in SPLITS))
+    return {split: pairs[end - sizes[split]:end] for split, end in zip(SPLITS, ends)}
 
 
 def write_corpus(corpus: dict, directory) -> list[Path]:
     """Write {split}.en.txt and {split}.de.txt (UTF-8, one sentence a line) under directory. -> the paths written."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    (directory := Path(directory)).mkdir(parents=True, exist_ok=True)
     written = []
-    for split, pairs in corpus.items():
-        for side, lang in enumerate(("en", "de")):
-            path = directory / f"{split}.{lang}.txt"
-            path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
-            written.append(path)
+    for (split, pairs), (side, lang) in itertools.product(corpus.items(), enumerate(("en", "de"))):
+        path = directory / f"{split}.{lang}.txt"
+        path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
+        written.append(path)
     return written
