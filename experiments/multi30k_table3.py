@@ -24,13 +24,11 @@ again, so the study can be finished across sittings; results.json holds what is 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
 import math
 import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -190,10 +188,10 @@ def markdown(payload: dict) -> str:
     rows = []
     for row, t in res["table"].items():
         c = res["comparisons"].get(row)
-        cell = (lambda m: stats.fmt_diff(c["metrics"][m])) if c else (lambda m: "")
         rows.append([row, t["paper_row"], f"{t['params']:,}" if t["params"] else "-", len(t["seeds"]),
                      _cell(t["test_bleu"]), _cell(t["test_ppl"]), _cell(t["valid_ppl"]),
-                     cell("test_bleu"), cell("test_ppl"), c["verdict"] if c else "",
+                     stats.fmt_diff(c["metrics"]["test_bleu"]) if c else "",
+                     stats.fmt_diff(c["metrics"]["test_ppl"]) if c else "", c["verdict"] if c else "",
                      c["status"] if c else ("complete" if len(t["seeds"]) == len(s["seeds"]) else "running / pending")])
     header = ["row", "paper's row", "params", "seeds", "test BLEU", "test PPL", "valid PPL", "dBLEU [95% CI]",
               "dPPL [95% CI]", "verdict", "status"]

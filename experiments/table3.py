@@ -43,7 +43,6 @@ import contextlib
 import io
 import json
 import math
-import sys
 import time
 from dataclasses import replace
 
