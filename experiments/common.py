@@ -143,11 +143,30 @@ def markdown_table(title: str, header: list, rows: list) -> str:
 
 
 def mean_std(summary_: dict, fmt: str = ".2f", sign: str = "") -> str:
-    """A summary's mean +- standard deviation, as the studies' tables print it."""
+    """A summary's mean +- sample standard deviation, as the studies' tables print it."""
     return f"{summary_['mean']:{sign}{fmt}} +- {summary_['std']:{fmt}}"
 
 
 def summary(values) -> dict:
-    """Mean, standard deviation, min and max over seeds."""
+    """Mean, sample standard deviation (ddof = 1; 0 for one value), min and max over seeds."""
     a = numpy.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()), "max": float(a.max())}
+    std = float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return {"mean": float(a.mean()), "std": std, "min": float(a.min()), "max": float(a.max())}
+
+
+def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
+    """Every comparison of a study: what it compares, each metric's per-seed differences, their mean with its 95%
+    interval (Student's t), the reading of each metric and the verdict (experiments/stats.py)."""
+    import stats
+
+    header = ["comparison", "claim", "metric", "per-seed differences", "mean [95% CI]", "reading", "verdict"]
+    rows = []
+    for name, c in comparisons.items():
+        for k, (metric, p) in enumerate(c["metrics"].items()):
+            sign = {1: "higher", -1: "lower", 0: f"within +-{p['margin']:g}"}[p["expected"]]
+            f = c.get("formats", {}).get(metric, fmt)
+            rows.append([name if k == 0 else "", c.get("claim", "") if k == 0 else "", f"{metric} ({sign})",
+                         ", ".join(f"{d:{f}}" for d in p["diffs"]), stats.fmt_diff(p, f), p["reading"],
+                         (c["verdict"] if c.get("status", "complete") == "complete" else c["status"]) if k == 0
+                         else ""])
+    return markdown_table("", header, rows).lstrip("\n")
