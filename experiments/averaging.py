@@ -130,8 +130,8 @@ def summarize(runs: list, s: dict) -> dict:
 def markdown_table(table: list, s: dict) -> str:
     title = (f"Checkpoint averaging on the {s['task']} corpus, test BLEU, {len(s['seeds'])} seeds, a checkpoint "
              f"every {s['save_every']} steps")
-    header = ["steps", "checkpoints averaged", "their steps", "BLEU (mean +- std)", "min .. max",
-              "gain over the last (mean +- std)", "gain per seed"]
+    header = ["steps", "checkpoints averaged", "their steps", "BLEU (mean +- sample SD)", "min .. max",
+              "gain over the last (mean +- sample SD)", "gain per seed"]
     rows = []
     for row in table:
         steps = row["averaged_steps"]

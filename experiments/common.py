@@ -155,18 +155,28 @@ def summary(values) -> dict:
 
 
 def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
-    """Every comparison of a study: what it compares, each metric's per-seed differences, their mean with its 95%
-    interval (Student's t), the reading of each metric and the verdict (experiments/stats.py)."""
+    """Every comparison of a study, a line each: what it compares, the claim, for each metric its mean paired
+    difference with the 95% interval (Student's t), the sample SD and the per-seed differences, and the verdict
+    (experiments/stats.py). A comparison still missing seeds shows its status instead of a verdict."""
     import stats
 
-    header = ["comparison", "claim", "metric", "per-seed differences", "mean [95% CI]", "reading", "verdict"]
+    metrics = list(dict.fromkeys(m for c in comparisons.values() for m in c["metrics"]))
+    header = ["comparison", "claim"]
+    for m in metrics:
+        header += [f"d {m} [95% CI]", "SD", "per seed"]
     rows = []
     for name, c in comparisons.items():
-        for k, (metric, p) in enumerate(c["metrics"].items()):
-            sign = {1: "higher", -1: "lower", 0: f"within +-{p['margin']:g}"}[p["expected"]]
-            f = c.get("formats", {}).get(metric, fmt)
-            rows.append([name if k == 0 else "", c.get("claim", "") if k == 0 else "", f"{metric} ({sign})",
-                         ", ".join(f"{d:{f}}" for d in p["diffs"]), stats.fmt_diff(p, f), p["reading"],
-                         (c["verdict"] if c.get("status", "complete") == "complete" else c["status"]) if k == 0
-                         else ""])
-    return markdown_table("", header, rows).lstrip("\n")
+        row = [name, c.get("claim", "")]
+        for m in metrics:
+            p = c["metrics"].get(m)
+            if p is None:
+                row += ["", "", ""]
+                continue
+            f = c.get("formats", {}).get(m, fmt)
+            expected = {1: "+", -1: "-", 0: f"0 +-{p['margin']:g}"}[p["expected"]]
+            row += [f"{stats.fmt_diff(p, f)} (claim: {expected})",
+                    "-" if p["sd"] is None else f"{p['sd']:{f.lstrip('+')}}",
+                    ", ".join(f"{d:{f}}" for d in p["diffs"])]
+        row.append(c["verdict"] if c.get("status", "complete") == "complete" else c["status"])
+        rows.append(row)
+    return markdown_table("", header + ["verdict"], rows).lstrip("\n")

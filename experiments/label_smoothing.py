@@ -135,8 +135,8 @@ def summarize(runs: list, s: dict) -> dict:
 
 def markdown_table(table: list, s: dict) -> str:
     """Mean +- sample standard deviation over the seeds; the paired difference from eps_ls = epsilons[0] beside."""
-    title = (f"Label smoothing on the {s['task']} corpus, {len(s['seeds'])} seeds (mean +- std over seeds; "
-             f"d: the paired difference from eps_ls = {s['epsilons'][0]}, mean +- std)")
+    title = (f"Label smoothing on the {s['task']} corpus, {len(s['seeds'])} seeds (mean +- sample SD over "
+             f"seeds; d: the paired difference from eps_ls = {s['epsilons'][0]}, mean +- sample SD)")
     header = ["steps", "eps_ls", "perplexity (valid)", "BLEU (test)", "token accuracy", "mean confidence", "ECE",
               "d perplexity", "d BLEU", "d accuracy"]
     rows = []
