@@ -94,8 +94,8 @@ ORDER = ["base", "h=1", "learned", "learned, scaled", "ls=0", "d_model=32", "d_m
 SETTINGS = {"task": "toy", "max_steps": 1500, "eval_every": 25, "smooth": 3, "target": 90.0, "at_step": 300,
             "valid_sentences": 200, "factors": [0.5, 1.0, 2.0], "tune_seed": 100, "seeds": [0, 1, 2, 3, 4],
             "rows": ORDER, "margins": {"steps": 50.0, "ppl": 0.05}}
-QUICK = {"task": "toy", "max_steps": 12, "eval_every": 2, "smooth": 2, "target": 1.0, "at_step": 4,
-         "valid_sentences": 10, "factors": [0.5, 1.0, 2.0], "tune_seed": 100, "seeds": [0, 1],
+QUICK = {"task": "toy", "max_steps": 8, "eval_every": 2, "smooth": 2, "target": 1.0, "at_step": 4,
+         "valid_sentences": 10, "factors": [0.5, 2.0], "tune_seed": 100, "seeds": [0, 1],
          "rows": ["base", "h=1", "learned, scaled"], "margins": {"steps": 50.0, "ppl": 0.05}}
 
 METRICS = ("steps", "ppl")     # the two measures every comparison reads
