@@ -32,8 +32,7 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-import retrieval
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL
+from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, train
 
 NAME = "attention_variants"
 LABELS = {"dot": "dot product, unscaled", "scaled": "dot product / sqrt(d_k)", "additive": "additive, d_hidden = d_k"}
@@ -64,14 +63,14 @@ def run(s, progress=True) -> dict:
                           disable=not progress)
     for kind, d_k in arms(s):
         bar.set_postfix_str(f"{kind} d_k={d_k} tuning")
-        tuned = [dict(retrieval.train(kind, d_k, s["tune_seed"], dict(s, lr=lr), bar), lr=lr) for lr in s["lrs"]]
+        tuned = [dict(train(kind, d_k, s["tune_seed"], dict(s, lr=lr), bar), lr=lr) for lr in s["lrs"]]
         best = min(tuned, key=lambda r: (steps_or_censored(r, s), r["final_loss"]))["lr"]
         lrs[f"{kind}/{d_k}"] = best
         tuning_runs += [{k: r[k] for k in ("kind", "d_k", "lr", "steps_to_target", "final_loss", "final_accuracy")}
                         for r in tuned]
         for seed in s["seeds"]:
             bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
-            runs.append(dict(retrieval.train(kind, d_k, seed, dict(s, lr=best), bar), lr=best))
+            runs.append(dict(train(kind, d_k, seed, dict(s, lr=best), bar), lr=best))
     bar.close()
     return summarize(runs, tuning_runs, lrs, s)
 
@@ -94,18 +93,18 @@ def comparisons(runs: list, s: dict) -> dict:
             sign = 0 if d_k == small else -1
             claim = "alike at small d_k" if d_k == small else "additive better at large d_k"
             out[f"{label(kind)} - unscaled dot, d_k = {d_k}"] = {
-                "claim": claim, "formats": {"steps": "+.0f", "loss": "+.3f"},
+                "claim": claim, "formats": {"steps": "+.0f", "loss": "+.2e"},
                 **stats.compare(arm("dot", d_k), arm(kind, d_k),
                                 {m: (sign, s["margins"][m]) for m in ("steps", "loss")})}
     out[f"scaled - unscaled dot, d_k = {large}"] = {
-        "claim": "scaling helps at large d_k", "formats": {"steps": "+.0f", "loss": "+.3f"},
+        "claim": "scaling helps at large d_k", "formats": {"steps": "+.0f", "loss": "+.2e"},
         **stats.compare(arm("dot", large), arm("scaled", large), {m: (-1, s["margins"][m]) for m in ("steps", "loss")})}
     return out
 
 
 def summarize(runs: list, tuning_runs: list, lrs: dict, s: dict) -> dict:
     return {"runs": runs, "tuning": tuning_runs, "lrs": lrs,
-            "summary": retrieval.aggregate(runs, s["kinds"], s["d_ks"]),
+            "summary": aggregate(runs, s["kinds"], s["d_ks"]),
             "labels": {kind: label(kind) for kind in s["kinds"]}, "comparisons": comparisons(runs, s)}
 
 

@@ -91,7 +91,13 @@ def attention_variants() -> str:
     title = (f"Key-value retrieval, {s['steps']} steps; the rate chosen per arm from {s['lrs']} on seed "
              f"{s['tune_seed']}; steps to {s['target_accuracy']:.0%} accuracy (never reached: {s['steps']} + "
              f"{s['eval_every']}); mean +- sample SD over seeds {s['seeds']}")
-    return "\n\n".join([_run_line(p), common.markdown_table(title, [
+    edge = ""
+    if all(lr == max(s["lrs"]) for lr in res["lrs"].values()):
+        edge = (f"\n\nEvery arm chose the largest rate tried ({max(s['lrs']):g}): the edge of the grid, so a higher "
+                "rate was not ruled out for any arm.")
+    elif all(lr == min(s["lrs"]) for lr in res["lrs"].values()):
+        edge = f"\n\nEvery arm chose the smallest rate tried ({min(s['lrs']):g}): the edge of the grid."
+    return "\n\n".join([_run_line(p) + edge, common.markdown_table(title, [
         "scoring", "d_k", "lr", "seeds", f"steps to {s['target_accuracy']:.0%}", "per seed", "final accuracy",
         "final loss", "largest weight at init", "mean abs dL/dscore at init", "ms/step", "peak MiB/step"], rows), common.comparison_table(res["comparisons"])])
 
