@@ -180,3 +180,21 @@ def test_multi30k_table3_quick_resumes(tmp_path):
     stamps = [f.stat().st_mtime_ns for f in sorted((tmp_path / "finished").glob("*.json"))]
     run_script("multi30k_table3", tmp_path)
     assert [f.stat().st_mtime_ns for f in sorted((tmp_path / "finished").glob("*.json"))] == stamps
+
+
+def test_multi30k_run_cut_short_resumes_to_the_same_model(tmp_path, monkeypatch):
+    # a run interrupted after its step-4 checkpoint, started again, must end where an uninterrupted run ends
+    import multi30k_table3
+
+    s = dict(multi30k_table3.QUICK, rows=["base"], seeds=[0])
+    (_, job), = multi30k_table3.jobs_of(s, tmp_path / "whole", None)
+    whole = multi30k_table3.run_one(job)
+    (_, cut), = multi30k_table3.jobs_of(s, tmp_path / "cut", None)
+    short = dict(cut, settings=dict(cut["settings"], steps=4))
+    monkeypatch.setattr(multi30k_table3.shutil, "rmtree", lambda *a, **k: None)     # keep the checkpoints
+    multi30k_table3.run_one(short)
+    monkeypatch.undo()
+    resumed = multi30k_table3.run_one(cut)
+    assert resumed["resumed_at"] == 4 and whole["resumed_at"] == 0
+    for name in ("test_bleu", "test_ppl", "valid_ppl"):
+        assert resumed[name] == pytest.approx(whole[name], rel=1e-9), name
