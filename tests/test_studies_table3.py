@@ -168,7 +168,8 @@ def test_multi30k_table3_quick_resumes(tmp_path):
     assert res["pending"] == [] and len(res["runs"]) == len(s["rows"]) * len(s["seeds"])
     for run in res["runs"]:
         assert run["steps"] == s["steps"] and 0 <= run["test_bleu"] <= 100 and run["test_ppl"] > 1
-        assert run["averaged_steps"] == [s["steps"] - k * s["save_every"] for k in range(s["average"])][::-1]
+        assert run["averaged"]["steps"] == [s["steps"] - k * s["save_every"] for k in range(s["average"])][::-1]
+        assert 0 <= run["averaged"]["test_bleu"] <= 100 and run["averaged"]["test_ppl"] > 1
     assert not any((tmp_path / "runs").glob("*/*.npz"))               # the scratch checkpoints are removed
     model = multi30k_table3.task_model(s)
     half = res["table"]["d_model/2"]["changes"]
