@@ -109,6 +109,9 @@ def table3() -> str:
     import table3 as t3
 
     res = p["results"]
+    for name, c in res["comparisons"].items():       # how each is shown: the paper's row, steps as whole numbers
+        c.setdefault("claim", f"the paper's row {t3.ROWS[name][2]}")
+        c.setdefault("formats", {"steps": "+.0f", "ppl": "+.3f"})
     parts = [f"Stored: {len(res['runs'])} finished seed runs (tuning runs besides), last written {p['date']}.",
              t3.markdown(p), common.comparison_table(res["comparisons"])]
     if res["pending_rows"]:
