@@ -13,9 +13,16 @@ components, the paper's premise), for each scoring function at d_k = 4 and 128 o
 - the gradient that reaches the scores: mean |dL/dscore| at the softmax's input, on a fixed batch;
 - the time per training step, and the peak memory of one forward + backward (tracemalloc: what NumPy
   allocates, above what was in use before).
-Additive attention is Bahdanau's v^T tanh(q W_q + k W_k), with a hidden layer of d_k units (mt.layers).
+Additive attention is Bahdanau's v^T tanh(q W_q + k W_k), with a hidden layer of d_k units (mt.layers), and,
+as a second arm, of 128 units: at d_k = 4 a hidden layer of 4 units is a far smaller network than the paper's
+additive attention, whose hidden size does not shrink with d_k.
 
-    python experiments/attention_variants.py            # about 4 minutes on 2 CPU cores
+Every arm (scoring function, d_k) gets its own learning rate for Adam, chosen from LRS on a tuning seed that is
+not one of the compared seeds (by its steps to 90% accuracy, then its final loss): the same effort for every arm.
+Then 5 seeds at that rate; the comparisons are paired by seed (the same data stream and initial embeddings), with
+95% intervals and verdicts (experiments/stats.py).
+
+    python experiments/attention_variants.py            # about 15 minutes on 2 idle CPU cores
     python experiments/attention_variants.py --quick    # seconds
 """
 
@@ -25,16 +32,80 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL, run_grid
+from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, train
 
 NAME = "attention_variants"
-LABELS = {"dot": "dot product, unscaled", "scaled": "dot product / sqrt(d_k)", "additive": "additive"}
-SETTINGS = dict(RETRIEVAL, kinds=["dot", "scaled", "additive"], d_ks=[4, 128], seeds=[0, 1, 2])
-QUICK = dict(QUICK_RETRIEVAL, kinds=["dot", "scaled", "additive"], d_ks=[4, 16], seeds=[0])
+LABELS = {"dot": "dot product, unscaled", "scaled": "dot product / sqrt(d_k)", "additive": "additive, d_hidden = d_k"}
+SETTINGS = dict(RETRIEVAL, kinds=["dot", "scaled", "additive", "additive:128"], d_ks=[4, 128], seeds=[0, 1, 2, 3, 4],
+                lrs=[3e-4, 1e-3, 3e-3], tune_seed=100, margins={"steps": 50.0, "loss": 0.05})
+QUICK = dict(QUICK_RETRIEVAL, kinds=["dot", "scaled", "additive", "additive:32"], d_ks=[4, 16], seeds=[0, 1],
+             lrs=[1e-3, 3e-3], tune_seed=100, margins={"steps": 50.0, "loss": 0.05})
+
+
+def label(kind: str) -> str:
+    if kind.startswith("additive:"):
+        return f"additive, d_hidden = {kind.split(':')[1]}"
+    return LABELS[kind]
+
+
+def arms(s: dict) -> list:
+    """(kind, d_k) of every arm; an additive arm whose hidden size equals d_k is the plain "additive" one."""
+    return [(kind, d_k) for d_k in s["d_ks"] for kind in s["kinds"] if kind != f"additive:{d_k}"]
+
+
+def steps_or_censored(run: dict, s: dict) -> int:
+    return run["steps_to_target"] if run["steps_to_target"] is not None else s["steps"] + s["eval_every"]
 
 
 def run(s, progress=True) -> dict:
-    return run_grid(s, "attention variants", LABELS, progress)
+    tuning_runs, runs, lrs = [], [], {}
+    bar = common.progress(len(arms(s)) * (len(s["lrs"]) + len(s["seeds"])) * s["steps"], "attention variants",
+                          disable=not progress)
+    for kind, d_k in arms(s):
+        bar.set_postfix_str(f"{kind} d_k={d_k} tuning")
+        tuned = [dict(train(kind, d_k, s["tune_seed"], dict(s, lr=lr), bar), lr=lr) for lr in s["lrs"]]
+        best = min(tuned, key=lambda r: (steps_or_censored(r, s), r["final_loss"]))["lr"]
+        lrs[f"{kind}/{d_k}"] = best
+        tuning_runs += [{k: r[k] for k in ("kind", "d_k", "lr", "steps_to_target", "final_loss", "final_accuracy")}
+                        for r in tuned]
+        for seed in s["seeds"]:
+            bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
+            runs.append(dict(train(kind, d_k, seed, dict(s, lr=best), bar), lr=best))
+    bar.close()
+    return summarize(runs, tuning_runs, lrs, s)
+
+
+def comparisons(runs: list, s: dict) -> dict:
+    """Paired by seed, at each d_k: each additive arm against unscaled dot products (the paper: alike at small
+    d_k, additive better at large d_k), and scaled against unscaled dot products at the largest d_k (the reason
+    for the scale). Metrics: steps to the target accuracy (lower is better) and the final held-out loss."""
+    import stats
+
+    def arm(kind, d_k):
+        mine = [r for r in runs if (r["kind"], r["d_k"]) == (kind, d_k)]
+        return {"steps": {r["seed"]: steps_or_censored(r, s) for r in mine},
+                "loss": {r["seed"]: r["final_loss"] for r in mine}}
+
+    small, large = min(s["d_ks"]), max(s["d_ks"])
+    out = {}
+    for kind, d_k in arms(s):
+        if kind.startswith("additive"):
+            sign = 0 if d_k == small else -1
+            claim = "alike at small d_k" if d_k == small else "additive better at large d_k"
+            out[f"{label(kind)} - unscaled dot, d_k = {d_k}"] = {
+                "claim": claim, "formats": {"steps": "+.0f", "loss": "+.2e"},
+                **stats.compare(arm("dot", d_k), arm(kind, d_k),
+                                {m: (sign, s["margins"][m]) for m in ("steps", "loss")})}
+    out[f"scaled - unscaled dot, d_k = {large}"] = {
+        "claim": "scaling helps at large d_k", "formats": {"steps": "+.0f", "loss": "+.2e"},
+        **stats.compare(arm("dot", large), arm("scaled", large), {m: (-1, s["margins"][m]) for m in ("steps", "loss")})}
+    return out
+
+
+def summarize(runs: list, tuning_runs: list, lrs: dict, s: dict) -> dict:
+    return {"runs": runs, "tuning": tuning_runs, "lrs": lrs,
+            "summary": aggregate(runs, s["kinds"], s["d_ks"]),
+            "labels": {kind: label(kind) for kind in s["kinds"]}, "comparisons": comparisons(runs, s)}
 
 
 def figures(payload) -> dict:
@@ -45,10 +116,12 @@ def figures(payload) -> dict:
     for row, d_k in zip(axes, d_ks):
         for i, kind in enumerate(kinds):
             runs = [r for r in res["runs"] if r["kind"] == kind and r["d_k"] == d_k]
+            if not runs:
+                continue
             for j, key in enumerate(("accuracy", "loss", "max_weight", "score_grad")):
                 for r in runs:
                     row[j].plot(r["step"], r[key], color=f"C{i}", alpha=0.8, lw=1,
-                                label=LABELS[kind] if r is runs[0] else None)
+                                label=label(kind) if r is runs[0] else None)
         row[0].set(ylabel=f"d_k = {d_k}\nheld-out accuracy", ylim=(0, 1.02))
         row[1].set(ylabel="held-out loss", yscale="log")
         row[2].set(ylabel="mean largest weight", ylim=(0, 1.02))
@@ -68,17 +141,17 @@ def figures(payload) -> dict:
     for i, kind in enumerate(kinds):
         steps, times, memory = [], [], []
         for d_k in d_ks:
-            g = res["summary"][f"{kind}/{d_k}"]
+            g = res["summary"].get(f"{kind}/{d_k}") or res["summary"][f"additive/{d_k}"]
             reached = [x if x is not None else s["steps"] for x in g["steps_to_target"]]
             steps.append(reached)
             times.append(g["ms_per_step"]["mean"])
             memory.append(g["peak_bytes_per_step"]["mean"] / 2 ** 20)
         x = numpy.arange(len(d_ks)) + i * width
-        ax_s.bar(x, [numpy.mean(r) for r in steps], width, color=f"C{i}", label=LABELS[kind])
+        ax_s.bar(x, [numpy.mean(r) for r in steps], width, color=f"C{i}", label=label(kind))
         for xi, r in zip(x, steps):
             ax_s.plot([xi] * len(r), r, "k.", ms=4)
-        ax_t.bar(x, times, width, color=f"C{i}", label=LABELS[kind])
-        ax_m.bar(x, memory, width, color=f"C{i}", label=LABELS[kind])
+        ax_t.bar(x, times, width, color=f"C{i}", label=label(kind))
+        ax_m.bar(x, memory, width, color=f"C{i}", label=label(kind))
     for ax in (ax_s, ax_t, ax_m):
         ax.set_xticks(numpy.arange(len(d_ks)) + width * (len(kinds) - 1) / 2, [f"d_k = {d}" for d in d_ks])
         ax.grid(alpha=0.3, axis="y")

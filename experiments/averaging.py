@@ -99,20 +99,39 @@ def gains(runs: list, budget: int, average: int) -> list:
 def run(s, progress=True) -> dict:
     with common.progress(len(s["seeds"]), "averaging runs (train + evaluate)", disable=not progress) as bar:
         runs = training.run_many(run_one, [(s, seed) for seed in s["seeds"]], progress=bar)
+    results = summarize(runs, s)
+    print(markdown_table(results["table"], s))
+    return results
+
+
+def comparisons(runs: list, s: dict) -> dict:
+    """The mean of the last M checkpoints against the last one alone, at each budget, paired by seed."""
+    import stats
+
+    out = {}
+    for b in s["budgets"]:
+        last = {"bleu": {r["seed"]: r["bleu"][str(b)]["1"] for r in runs}}
+        for m in s["averages"][1:]:
+            arm = {"bleu": {r["seed"]: r["bleu"][str(b)][str(m)] for r in runs}}
+            out[f"last {m} - last 1, {b} steps"] = {"claim": "averaging helps", **stats.compare(last, arm, {"bleu": (1, 0.0)})}
+    return out
+
+
+def summarize(runs: list, s: dict) -> dict:
+    """The table (mean +- sample SD over seeds) and the comparisons, from the runs alone."""
     table = [{"steps": b, "average": m, "bleu": common.summary([r["bleu"][str(b)][str(m)] for r in runs]),
               "gain": common.summary(gains(runs, b, m)), "gain_per_seed": gains(runs, b, m),
               "averaged_steps": runs[0]["averaged_steps"][str(b)][str(m)]}
              for b in s["budgets"] for m in s["averages"]]
-    print(markdown_table(table, s))
-    return {"runs": runs, "table": table,
+    return {"runs": runs, "table": table, "comparisons": comparisons(runs, s),
             "train_seconds": common.summary([r["train_seconds"] for r in runs])}
 
 
 def markdown_table(table: list, s: dict) -> str:
     title = (f"Checkpoint averaging on the {s['task']} corpus, test BLEU, {len(s['seeds'])} seeds, a checkpoint "
              f"every {s['save_every']} steps")
-    header = ["steps", "checkpoints averaged", "their steps", "BLEU (mean +- std)", "min .. max",
-              "gain over the last (mean +- std)", "gain per seed"]
+    header = ["steps", "checkpoints averaged", "their steps", "BLEU (mean +- sample SD)", "min .. max",
+              "gain over the last (mean +- sample SD)", "gain per seed"]
     rows = []
     for row in table:
         steps = row["averaged_steps"]

@@ -143,11 +143,40 @@ def markdown_table(title: str, header: list, rows: list) -> str:
 
 
 def mean_std(summary_: dict, fmt: str = ".2f", sign: str = "") -> str:
-    """A summary's mean +- standard deviation, as the studies' tables print it."""
+    """A summary's mean +- sample standard deviation, as the studies' tables print it."""
     return f"{summary_['mean']:{sign}{fmt}} +- {summary_['std']:{fmt}}"
 
 
 def summary(values) -> dict:
-    """Mean, standard deviation, min and max over seeds."""
+    """Mean, sample standard deviation (ddof = 1; 0 for one value), min and max over seeds."""
     a = numpy.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()), "max": float(a.max())}
+    std = float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return {"mean": float(a.mean()), "std": std, "min": float(a.min()), "max": float(a.max())}
+
+
+def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
+    """Every comparison of a study, a line each: what it compares, the claim, for each metric its mean paired
+    difference with the 95% interval (Student's t), the sample SD and the per-seed differences, and the verdict
+    (experiments/stats.py). A comparison still missing seeds shows its status instead of a verdict."""
+    import stats
+
+    metrics = list(dict.fromkeys(m for c in comparisons.values() for m in c["metrics"]))
+    header = ["comparison", "claim"]
+    for m in metrics:
+        header += [f"d {m} [95% CI]", "SD", "per seed"]
+    rows = []
+    for name, c in comparisons.items():
+        row = [name, c.get("claim", "")]
+        for m in metrics:
+            p = c["metrics"].get(m)
+            if p is None:
+                row += ["", "", ""]
+                continue
+            f = c.get("formats", {}).get(m, fmt)
+            expected = {1: "+", -1: "-", 0: f"0 +-{p['margin']:g}"}[p["expected"]]
+            row += [f"{stats.fmt_diff(p, f)} (claim: {expected})",
+                    "-" if p["sd"] is None else f"{p['sd']:{f.lstrip('+')}}",
+                    ", ".join(f"{d:{f}}" for d in p["diffs"])]
+        row.append(c["verdict"] if c.get("status", "complete") == "complete" else c["status"])
+        rows.append(row)
+    return markdown_table("", header + ["verdict"], rows).lstrip("\n")

@@ -92,6 +92,32 @@ def run(s, progress=True) -> dict:
     jobs = [(s["task"], eps, seed, s["budgets"], s["bins"]) for eps in s["epsilons"] for seed in s["seeds"]]
     with common.progress(len(jobs), "label smoothing runs", disable=not progress) as bar:
         runs = training.run_many(run_one, jobs, progress=bar)
+    results = summarize(runs, s)
+    print(markdown_table(results["table"], s))
+    return results
+
+
+def comparisons(runs: list, s: dict) -> dict:
+    """Each eps_ls > 0 against eps_ls = 0 at each budget, paired by seed, one comparison per part of the paper's
+    sentence: it hurts perplexity (higher), it improves BLEU (higher), it improves accuracy (higher)."""
+    import stats
+
+    claims = {"ppl": ("hurts perplexity", "+.3f"), "bleu": ("improves BLEU", "+.2f"),
+              "token_accuracy": ("improves accuracy", "+.4f")}
+    out = {}
+    base = s["epsilons"][0]
+    for b, steps in enumerate(s["budgets"]):
+        for eps in s["epsilons"][1:]:
+            arms = {e: {key: {r["seed"]: r["at"][b][key] for r in runs if r["epsilon"] == e} for key in claims}
+                    for e in (base, eps)}
+            for key, (claim, fmt) in claims.items():
+                out[f"eps {eps:g} - eps {base:g}, {steps} steps: {claim}"] = {
+                    "claim": claim, "formats": {key: fmt}, **stats.compare(arms[base], arms[eps], {key: (1, 0.0)})}
+    return out
+
+
+def summarize(runs: list, s: dict) -> dict:
+    """The table (mean +- sample SD over seeds, paired differences) and the comparisons, from the runs alone."""
     table = []
     for b, steps in enumerate(s["budgets"]):
         for eps in s["epsilons"]:
@@ -103,14 +129,13 @@ def run(s, progress=True) -> dict:
                                                                                 s["epsilons"][0]))
                                          for key in METRICS}
             table.append(row)
-    print(markdown_table(table, s))
-    return {"runs": runs, "table": table}
+    return {"runs": runs, "table": table, "comparisons": comparisons(runs, s)}
 
 
 def markdown_table(table: list, s: dict) -> str:
-    """Mean +- standard deviation over the seeds; the paired difference from eps_ls = epsilons[0] beside."""
-    title = (f"Label smoothing on the {s['task']} corpus, {len(s['seeds'])} seeds (mean +- std over seeds; "
-             f"d: the paired difference from eps_ls = {s['epsilons'][0]}, mean +- std)")
+    """Mean +- sample standard deviation over the seeds; the paired difference from eps_ls = epsilons[0] beside."""
+    title = (f"Label smoothing on the {s['task']} corpus, {len(s['seeds'])} seeds (mean +- sample SD over "
+             f"seeds; d: the paired difference from eps_ls = {s['epsilons'][0]}, mean +- sample SD)")
     header = ["steps", "eps_ls", "perplexity (valid)", "BLEU (test)", "token accuracy", "mean confidence", "ECE",
               "d perplexity", "d BLEU", "d accuracy"]
     rows = []

@@ -178,16 +178,19 @@ class NoSoftmaxAttention(mt.Module):
 
 
 def make_attention(kind: str, d_k: int):
-    """The scoring functions compared in §3.2.1, and the two without softmax."""
+    """The scoring functions compared in §3.2.1, and the two without softmax. "additive" has a hidden layer of
+    d_k units; "additive:H" one of H units."""
     if kind == "dot":
         return ScaledDotProductAttention(scale=False)
     if kind == "scaled":
         return ScaledDotProductAttention(scale=True)
     if kind == "additive":
         return AdditiveAttention(d_k, d_hidden=d_k)
+    if kind.startswith("additive:") and kind[len("additive:"):].isdigit():
+        return AdditiveAttention(d_k, d_hidden=int(kind[len("additive:"):]))
     if kind in ("raw", "normalised"):
         return NoSoftmaxAttention(normalise=kind == "normalised")
-    raise ValueError(f"unknown attention kind {kind!r}: dot, scaled, additive, raw or normalised")
+    raise ValueError(f"unknown attention kind {kind!r}: dot, scaled, additive, additive:H, raw or normalised")
 
 
 def softmax_score_grad(attn, dattn):

@@ -20,7 +20,8 @@ What this script measures, with the package's core layers at d = 64 for n = 16 .
 - the gradient's size across the whole sequence, |d out_n / d x_1|, in one recurrent and one multi-head
   self-attention layer (a short path is one thing; a gradient that survives it is what learning needs);
 - where self-attention stops being cheaper than the recurrent and convolutional layers (the n < d crossover),
-  in time measured and in multiply-adds counted.
+  in time measured and in multiply-adds counted, at d = 64 and again for d = 32 .. 512, so that the crossover's
+  movement with d is measured, not assumed.
 Restricted self-attention is measured twice: the core's band mask (mt.masks.local_mask, which still computes
 the whole n x n grid) and a banded layer that computes only the band (experiments/models.py).
 
@@ -188,10 +189,30 @@ def crossover(ns, a, b):
     return None if ratio[-1] < 0 else (float(ns[0]) if ratio[0] >= 0 else None)
 
 
+CROSSOVER_KINDS = ("self_attention", "recurrent", "convolution")
+
+
+def crossover_by_d(s, rng, bar=None) -> dict:
+    """For each width d of crossover_ds: the time of each layer of CROSSOVER_KINDS at every n of crossover_ns,
+    its multiply-adds, and the n at which self-attention stops being cheaper than the recurrent and the
+    convolutional layer, in time and in multiply-adds. Table 1 puts that n near d: it should move with d."""
+    ns, out = s["crossover_ns"], {}
+    for d in s["crossover_ds"]:
+        sd = dict(s, d=d)
+        best = {k: [time_and_memory(k, n, sd, rng)["best_ms"] for n in ns] for k in CROSSOVER_KINDS}
+        flops = {k: [multiply_adds(k, n, d, sd) for n in ns] for k in CROSSOVER_KINDS}
+        out[str(d)] = {"best_ms": best, "multiply_adds": flops, **{
+            f"{what}_self_attention_vs_{other}_n": crossover(ns, series["self_attention"], series[other])
+            for what, series in (("time", best), ("multiply_adds", flops)) for other in ("recurrent", "convolution")}}
+        if bar is not None:
+            bar.update()
+    return out
+
+
 def run(s, progress=True) -> dict:
     rng = numpy.random.default_rng(0)
     ns, path_ns = s["ns"], s["path_ns"]
-    jobs = len(KINDS) * len(ns) + len(KINDS) * len(path_ns) + 2 * len(ns)
+    jobs = len(KINDS) * len(ns) + len(KINDS) * len(path_ns) + 2 * len(ns) + len(s["crossover_ds"])
     bar = common.progress(jobs, "table 1", disable=not progress)
     cost = {k: {} for k in KINDS}
     for n in ns:
@@ -216,6 +237,8 @@ def run(s, progress=True) -> dict:
     steps = {n: recurrent_steps_on_path(n, s, rng) for n in path_ns}
     across = {kind: {n: gradient_across(kind, n, s, rng) for n in ns} for kind in ("recurrent", "multi_head")}
     bar.update(len(ns))
+
+    by_d = crossover_by_d(s, rng, bar)
     bar.close()
 
     best = {k: [cost[k][n]["best_ms"] for n in ns] for k in KINDS}
@@ -236,6 +259,7 @@ def run(s, progress=True) -> dict:
             "multiply_adds_self_attention_vs_convolution_n": crossover(ns, flops["self_attention"],
                                                                        flops["convolution"]),
         },
+        "crossover_by_d": by_d,
         "labels": {k: v[0] for k, v in KINDS.items()},
         "formulas": {k: {"complexity": v[1], "path": v[2]} for k, v in KINDS.items()},
     }
@@ -321,13 +345,31 @@ def figures(payload) -> dict:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     out["crossover"] = fig
+
+    if "crossover_by_d" in res:
+        fig, (ax,) = common.new_figure(1, width=5.0, height=4.0)
+        ds = numpy.array([int(d) for d in res["crossover_by_d"]])
+        for other, colour in (("recurrent", colors["recurrent"]), ("convolution", colors["convolution"])):
+            for what, style in (("time", "o-"), ("multiply_adds", "s:")):
+                n = [res["crossover_by_d"][str(d)][f"{what}_self_attention_vs_{other}_n"] for d in ds]
+                keep = [x is not None for x in n]
+                ax.plot(ds[keep], [x for x in n if x is not None], style, color=colour,
+                        label=f"{what.replace('_', '-')}: self-attention = {other}")
+        ax.plot(ds, ds, color="grey", lw=0.8, label="n = d")
+        ax.set(xscale="log", yscale="log", xlabel="width d", ylabel="crossover length n",
+               title="Where self-attention stops being cheaper")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+        out["crossover_by_d"] = fig
     return out
 
 
 SETTINGS = {"d": 64, "ns": [16, 32, 64, 128, 256, 512, 1024], "batch": 1, "heads": 8, "kernel": 3, "r": 8,
             "repeats": 5, "seconds_per_point": 0.5, "path_d": 8, "path_ns": [16, 32, 64, 128, 256, 512, 1024],
-            "path_mask_max_n": 256, "dtype": "float32"}
-QUICK = dict(SETTINGS, ns=[16, 32, 64], repeats=2, seconds_per_point=0.0, path_ns=[16, 32], r=4)
+            "path_mask_max_n": 256, "dtype": "float32", "crossover_ds": [32, 64, 128, 256, 512],
+            "crossover_ns": [16, 32, 64, 128, 256, 512, 1024, 2048]}
+QUICK = dict(SETTINGS, ns=[16, 32, 64], repeats=2, seconds_per_point=0.0, path_ns=[16, 32], r=4,
+             crossover_ds=[16, 32], crossover_ns=[8, 16, 32, 64])
 
 
 if __name__ == "__main__":

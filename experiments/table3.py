@@ -1,35 +1,55 @@
-"""The paper's Table 3 on the toy corpus: each row changes one choice of the base model and measures the effect.
+"""The paper's Table 3 on the toy corpus, as what it measures there: how fast each row learns.
 
 Table 3 varies the base model one row at a time: (A) the number of heads at fixed computation (h * d_k fixed),
 (B) a smaller key size d_k, (C) the model's size (layers N, width d_model, feed-forward width d_ff), (D) dropout
-and label smoothing, (E) learned position embeddings instead of sinusoids. The paper reads off it that single-head
-attention is worse and so are too many heads, that a smaller d_k hurts, that bigger models are better, that
-dropout helps against over-fitting, and that learned positions do as well as sinusoids.
+and label smoothing, (E) learned position embeddings instead of sinusoids. Here the base model is what
+``minitransformer train --task toy`` trains (N = 2, d_model = 64, d_ff = 128, h = 4, d_k = 16, P_drop = 0.1,
+label smoothing 0.1), and each row changes it the way the paper's row changes its base.
 
-Here the base model is what ``minitransformer train --task toy`` trains (N = 2, d_model = 64, d_ff = 128, h = 4,
-d_k = 16, P_drop = 0.1, label smoothing 0.1), and each row changes it the way the paper's row changes its base
-(the same direction, by a similar factor). Trained to convergence every row reaches BLEU 99 on this corpus, and no
-row differs; so every run stops after a fixed budget of STEPS optimiser steps (a third of the way to
-convergence), where the rows still differ. Each row runs with 3 seeds; measured on the validation split (the
-paper's rows are on its development set):
+Trained to convergence every row reaches BLEU 99 on this corpus, so what a row can change is the speed of
+learning. Each run is evaluated every EVAL_EVERY steps on the first VALID_SENTENCES validation sentences
+(greedy BLEU, and the true perplexity, without label smoothing, on the whole validation split), and measured as
 
-    PPL      the true perplexity per word, exp(cross-entropy without label smoothing), dropout off
-    BLEU     greedy corpus BLEU on the 500 validation sentences
-    time     seconds of training (the steps only), one BLAS thread, two runs at a time on 2 cores
+    steps to 90   the first evaluation at which the mean BLEU of the last SMOOTH evaluations reaches 90 (a
+                  moving mean, so that one lucky or unlucky checkpoint cannot decide a row); a run that never
+                  gets there within MAX_STEPS counts as MAX_STEPS + EVAL_EVERY and is marked censored
+    PPL at 300    the mean perplexity of the evaluations at steps 275, 300 and 325
+    BLEU at 300   the mean BLEU of the same evaluations
 
-Two differences from the paper's rows: d_k here sets the size of values as well as keys (the paper's row (B)
-shrinks the keys only), and the paper's perplexities are per word piece on newstest2013 after 100,000 steps.
+Confounds handled the same way for every row:
 
-    python experiments/table3.py            # about 20 minutes on 2 CPU cores
+- the learning rate: the Noam schedule scales it by d_model^-0.5 and each row may prefer another, so every row
+  gets its rate factor chosen from FACTORS on a tuning seed of its own (not one of the compared seeds), by its
+  steps to 90 (then by its BLEU at the end);
+- row (E): a learned table starts at std d_model^-0.5 (0.125 at d_model 64), against about 0.71 per entry for
+  the sinusoids, so it is run twice: as initialised, and rescaled to std 0.71 (learned, scaled);
+- row (D): P_drop 0.2 (the paper's row) and 0.3 beside each other.
+
+Row (B) shrinks the values with the keys (TransformerConfig has one size per head, d_k = d_v), so the paper's
+keys-only row is not run; its parameter count says how much smaller it is.
+
+Every row runs its seeds paired with the base's; each comparison has the per-seed differences (row - base), a
+95% Student's t interval and a verdict (experiments/stats.py). Each finished run is stored in DIR/finished/ and
+skipped when the script runs again: the study can be finished across sittings.
+
+    python experiments/table3.py            # many CPU-hours; resumable, the cheapest comparisons first
+    python experiments/table3.py --collect  # only rebuild results.json from the finished runs
     python experiments/table3.py --quick    # seconds
 """
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import io
+import json
+import math
+import time
+from dataclasses import replace
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
+import resumable
+import stats
 import training
 
 NAME = "table3"
@@ -37,110 +57,257 @@ NAME = "table3"
 # The base model of this table: the command line's toy-corpus model.
 BASE = {"num_encoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 4, "d_k": 16, "dropout": 0.1,
         "label_smoothing": 0.1, "positional": "sinusoidal"}
+SINUSOID_STD = math.sqrt(0.5)       # the root mean square of a sinusoid table's entries
 
-# name: (the paper's group, the changes to BASE, the paper's row that changes its base the same way, and that
-# row's dev perplexity and BLEU). The paper's base: N 6, d_model 512, d_ff 2048, h 8, d_k 64, 4.92, 25.8.
+# name: (the paper's group, the changes to BASE, the paper's row that changes its base the same way, that row's
+# dev perplexity and BLEU, and the sign the paper's row gives (steps to 90, PPL) against the base: +1 slower /
+# higher, -1 faster / lower, 0 no difference). The paper's base: N 6, d_model 512, d_ff 2048, h 8, d_k 64,
+# 4.92, 25.8; a row within 0.02 PPL and 0.1 BLEU of it counts as "no difference".
 ROWS = {
-    "base": ("", {}, "base", 4.92, 25.8),
-    "h=1": ("A", {"num_heads": 1, "d_k": 64}, "h=1, d_k=512", 5.29, 24.9),
-    "h=2": ("A", {"num_heads": 2, "d_k": 32}, "h=4, d_k=128", 5.00, 25.5),
-    "h=8": ("A", {"num_heads": 8, "d_k": 8}, "h=16, d_k=32", 4.91, 25.8),
-    "h=16": ("A", {"num_heads": 16, "d_k": 4}, "h=32, d_k=16", 5.01, 25.4),
-    "d_k=8": ("B", {"d_k": 8}, "d_k=32", 5.01, 25.4),
-    "d_k=4": ("B", {"d_k": 4}, "d_k=16", 5.16, 25.1),
-    "N=1": ("C", {"num_encoder_layers": 1}, "N=4", 5.19, 25.3),
-    "N=3": ("C", {"num_encoder_layers": 3}, "N=8", 4.88, 25.5),
-    "d_model=32": ("C", {"d_model": 32, "d_k": 8}, "d_model=256, d_k=32", 5.75, 24.5),
-    "d_model=128": ("C", {"d_model": 128, "d_k": 32}, "d_model=1024, d_k=128", 4.66, 26.0),
-    "d_ff=64": ("C", {"d_ff": 64}, "d_ff=1024", 5.12, 25.4),
-    "d_ff=256": ("C", {"d_ff": 256}, "d_ff=4096", 4.75, 26.2),
-    "P_drop=0": ("D", {"dropout": 0.0}, "P_drop=0.0", 5.77, 24.6),
-    "P_drop=0.3": ("D", {"dropout": 0.3}, "P_drop=0.2", 4.95, 25.5),
-    "ls=0": ("D", {"label_smoothing": 0.0}, "eps_ls=0.0", 4.67, 25.3),
-    "ls=0.2": ("D", {"label_smoothing": 0.2}, "eps_ls=0.2", 5.47, 25.7),
-    "learned": ("E", {"positional": "learned"}, "positional embedding", 4.92, 25.7),
+    "base": ("", {}, "base", 4.92, 25.8, None),
+    "h=1": ("A", {"num_heads": 1, "d_k": 64}, "h=1, d_k=512", 5.29, 24.9, (1, 1)),
+    "h=2": ("A", {"num_heads": 2, "d_k": 32}, "h=4, d_k=128", 5.00, 25.5, (1, 1)),
+    "h=8": ("A", {"num_heads": 8, "d_k": 8}, "h=16, d_k=32", 4.91, 25.8, (0, 0)),
+    "h=16": ("A", {"num_heads": 16, "d_k": 4}, "h=32, d_k=16", 5.01, 25.4, (1, 1)),
+    "d_k=8": ("B", {"d_k": 8}, "d_k=32", 5.01, 25.4, (1, 1)),
+    "d_k=4": ("B", {"d_k": 4}, "d_k=16", 5.16, 25.1, (1, 1)),
+    "N=1": ("C", {"num_encoder_layers": 1}, "N=4", 5.19, 25.3, (1, 1)),
+    "N=3": ("C", {"num_encoder_layers": 3}, "N=8", 4.88, 25.5, (1, -1)),
+    "d_model=32": ("C", {"d_model": 32, "d_k": 8}, "d_model=256, d_k=32", 5.75, 24.5, (1, 1)),
+    "d_model=128": ("C", {"d_model": 128, "d_k": 32}, "d_model=1024, d_k=128", 4.66, 26.0, (-1, -1)),
+    "d_ff=64": ("C", {"d_ff": 64}, "d_ff=1024", 5.12, 25.4, (1, 1)),
+    "d_ff=256": ("C", {"d_ff": 256}, "d_ff=4096", 4.75, 26.2, (-1, -1)),
+    "P_drop=0": ("D", {"dropout": 0.0}, "P_drop=0.0", 5.77, 24.6, (1, 1)),
+    "P_drop=0.2": ("D", {"dropout": 0.2}, "P_drop=0.2", 4.95, 25.5, (1, 1)),
+    "P_drop=0.3": ("D", {"dropout": 0.3}, "P_drop=0.2 (a larger step)", 4.95, 25.5, (1, 1)),
+    "ls=0": ("D", {"label_smoothing": 0.0}, "eps_ls=0.0", 4.67, 25.3, (1, -1)),
+    "ls=0.2": ("D", {"label_smoothing": 0.2}, "eps_ls=0.2", 5.47, 25.7, (0, 1)),
+    "learned": ("E", {"positional": "learned"}, "positional embedding", 4.92, 25.7, (0, 0)),
+    "learned, scaled": ("E", {"positional": "learned", "position_std": SINUSOID_STD}, "positional embedding",
+                        4.92, 25.7, (0, 0)),
 }
 
-SETTINGS = {"task": "toy", "steps": 300, "seeds": [0, 1, 2], "rows": list(ROWS)}
-QUICK = {"task": "toy", "steps": 8, "seeds": [0], "rows": ["base", "h=1", "learned"]}
+# The rows in the order they are run: the decisive and cheap comparisons first.
+ORDER = ["base", "h=1", "learned", "learned, scaled", "ls=0", "d_model=32", "d_model=128", "N=1", "P_drop=0",
+         "P_drop=0.2", "P_drop=0.3", "h=16", "d_k=4", "N=3", "h=2", "h=8", "d_k=8", "d_ff=64", "d_ff=256", "ls=0.2"]
+
+SETTINGS = {"task": "toy", "max_steps": 1500, "eval_every": 25, "smooth": 3, "target": 90.0, "at_step": 300,
+            "valid_sentences": 200, "factors": [0.5, 1.0, 2.0], "tune_seed": 100, "seeds": [0, 1, 2, 3, 4],
+            "rows": ORDER, "margins": {"steps": 50.0, "ppl": 0.05}}
+QUICK = {"task": "toy", "max_steps": 8, "eval_every": 2, "smooth": 2, "target": 1.0, "at_step": 4,
+         "valid_sentences": 10, "factors": [0.5, 2.0], "tune_seed": 100, "seeds": [0, 1],
+         "rows": ["base", "h=1", "learned, scaled"], "margins": {"steps": 50.0, "ppl": 0.05}}
+
+METRICS = ("steps", "ppl")     # the two measures every comparison reads
 
 
-def row_settings(task: str, name: str, steps: int, seed: int) -> dict:
+def row_settings(task: str, name: str, seed: int, factor: float, steps: int) -> dict:
     """The `train` settings of one row: BASE with the row's changes, both stacks N layers deep."""
     changes = {**BASE, **ROWS[name][1]}
+    changes.pop("position_std", None)
     changes["num_decoder_layers"] = changes["num_encoder_layers"]
-    return training.settings_for(task, steps=steps, seed=seed, **changes)
+    return training.settings_for(task, steps=steps, seed=seed, lr_factor=factor, **changes)
 
 
-def run_one(job: tuple) -> dict:
-    """Train one (row, seed) and measure it on the validation split."""
-    task, name, steps, seed = job
-    trainer, data = training.train(row_settings(task, name, steps, seed))
-    summary = trainer.summary()
-    return {"row": name, "seed": seed, "params": trainer.model.num_parameters(),
-            "ppl": training.true_perplexity(trainer.model, data.valid_batches),
-            "bleu": training.test_bleu(trainer.model, data, task, split="valid"),
-            "train_seconds": summary["train_seconds"], "train_loss": summary["loss"]}
+def scale_positions(model, std: float) -> None:
+    """Rescale a model's learned position tables to entries of standard deviation ``std``."""
+    for name, p in model.named_parameters():
+        if name.endswith("_pos.P"):
+            p.data *= std / p.data.std()
 
 
-def run(s, progress=True) -> dict:
-    jobs = [(s["task"], name, s["steps"], seed) for name in s["rows"] for seed in s["seeds"]]
-    with common.progress(len(jobs), "Table 3 runs", disable=not progress) as bar:
-        runs = training.run_many(run_one, jobs, progress=bar)
-    table = {}
-    for name in s["rows"]:
-        mine = [r for r in runs if r["row"] == name]
-        group, changes, paper_row, paper_ppl, paper_bleu = ROWS[name]
-        table[name] = {"group": group, "changes": changes, "params": mine[0]["params"],
-                       "ppl": common.summary([r["ppl"] for r in mine]),
-                       "bleu": common.summary([r["bleu"] for r in mine]),
-                       "train_seconds": common.summary([r["train_seconds"] for r in mine]),
-                       "paper": {"row": paper_row, "ppl": paper_ppl, "bleu": paper_bleu}}
-    print(markdown_table(table, s))
-    return {"runs": runs, "table": table}
+def run_one(job: dict) -> dict:
+    """Train one (row, seed, factor), evaluating every eval_every steps, until the moving mean of BLEU reaches
+    the target (and the run has passed at_step + eval_every) or max_steps."""
+    import minitransformer as mt
+    from minitransformer.kit.cli.task_data import task_data
+    from minitransformer.kit.cli.train import _build_trainer
+
+    training._one_blas_thread()
+    s, row = job["s"], job["row"]
+    settings = row_settings(s["task"], row, job["seed"], job["factor"], s["max_steps"])
+    mt.backend.manual_seed(settings["seed"])
+    with contextlib.redirect_stdout(io.StringIO()):
+        data = task_data(settings)
+    valid_batches = data.valid_batches
+    data = replace(data, metric_fn=None, valid_batches=[])       # evaluated here, not by the trainer
+    trainer = _build_trainer(settings, data, None)
+    model = trainer.model
+    if "position_std" in ROWS[row][1]:
+        scale_positions(model, ROWS[row][1]["position_std"])
+    pairs = training.load_pairs(s["task"], "valid")[: s["valid_sentences"]]
+    curve = []                                                   # [step, BLEU, PPL]
+    while trainer.step < s["max_steps"]:
+        trainer.max_steps = trainer.step + s["eval_every"]
+        trainer.fit()
+        model.eval()
+        bleu = training.bleu_of(model, data.src_tok, data.tgt_tok, pairs, lowercase=False)[0]
+        curve.append([trainer.step, round(float(bleu), 3), round(training.true_perplexity(model, valid_batches), 5)])
+        model.train()
+        if trainer.step > s["at_step"] and measures(curve, s)["steps"] is not None:
+            break
+    return {"row": row, "seed": job["seed"], "factor": job["factor"], "params": model.num_parameters(),
+            "train_seconds": trainer.summary()["train_seconds"], "curve": curve, **measures(curve, s)}
 
 
-def markdown_table(table: dict, s: dict) -> str:
-    """The table shaped like the paper's, mean +- standard deviation over the seeds, the paper's row beside."""
-    base = table.get("base")
-    title = f"Table 3 on the {s['task']} corpus, {s['steps']} steps, {len(s['seeds'])} seeds (mean +- std)"
-    header = ["row", "change", "params", "PPL (valid)", "BLEU (valid)", "train s", "dBLEU vs base", "paper's row",
-              "paper PPL", "paper BLEU"]
+def measures(curve: list, s: dict) -> dict:
+    """steps to the target (the smoothed BLEU), the smoothed BLEU and the PPL around at_step, from a curve."""
+    steps, bleu, ppl = (numpy.array([c[k] for c in curve], dtype=float) for k in range(3))
+    k = s["smooth"]
+    smoothed = numpy.convolve(bleu, numpy.ones(k) / k, mode="valid") if len(bleu) >= k else numpy.array([])
+    reached = numpy.flatnonzero(smoothed >= s["target"])
+    around = numpy.abs(steps - s["at_step"]) <= s["eval_every"] * (k // 2)
+    return {"steps": int(steps[reached[0] + k - 1]) if reached.size else None,
+            "bleu_at": float(bleu[around].mean()) if around.any() else None,
+            "ppl_at": float(ppl[around].mean()) if around.any() else None,
+            "final_smoothed_bleu": float(smoothed[-1]) if smoothed.size else None}
+
+
+def steps_or_censored(result: dict, s: dict) -> float:
+    return result["steps"] if result["steps"] is not None else s["max_steps"] + s["eval_every"]
+
+
+def choose_factor(tuning: list, s: dict) -> float:
+    """The factor of the tuning run that reached the target soonest (then: the higher smoothed BLEU at the end)."""
+    return min(tuning, key=lambda r: (steps_or_censored(r, s), -(r["final_smoothed_bleu"] or 0.0)))["factor"]
+
+
+def _key(row: str, seed: int, factor: float | None = None) -> str:
+    name = row.replace(", ", "_").replace(" ", "_")
+    return f"{name}-s{seed}" if factor is None else f"{name}-tune{factor:g}-s{seed}"
+
+
+def tuning_jobs(s: dict, row: str) -> list:
+    return [(_key(row, s["tune_seed"], f), {"s": s, "row": row, "seed": s["tune_seed"], "factor": f})
+            for f in s["factors"]]
+
+
+def seed_jobs(s: dict, row: str, factor: float) -> list:
+    return [(_key(row, seed), {"s": s, "row": row, "seed": seed, "factor": factor}) for seed in s["seeds"]]
+
+
+def run_study(s: dict, folder, log=print, after=None) -> None:
+    """Every row in order: its tuning runs, its factor, its seeds; finished runs skipped."""
+    for row in s["rows"]:
+        resumable.run_pending(tuning_jobs(s, row), run_one, folder, log=log, after=after)
+        tuned = list(resumable.collect(folder, [k for k, _ in tuning_jobs(s, row)]).values())
+        resumable.run_pending(seed_jobs(s, row, choose_factor(tuned, s)), run_one, folder, log=log, after=after)
+
+
+def aggregate(s: dict, folder) -> dict:
+    """The table and the paired comparisons from the finished runs; the rows still missing named."""
+    table, runs = {}, {}
+    for row in s["rows"]:
+        tuned = list(resumable.collect(folder, [k for k, _ in tuning_jobs(s, row)]).values())
+        factor = choose_factor(tuned, s) if len(tuned) == len(s["factors"]) else None
+        mine = list(resumable.collect(folder, [k for k, _ in seed_jobs(s, row, factor or 1.0)]).values()) \
+            if factor is not None else []
+        runs[row] = {r["seed"]: r for r in mine}
+        group, changes, paper_row, paper_ppl, paper_bleu, _ = ROWS[row]
+        entry = {"group": group, "changes": changes, "factor": factor,
+                 "tuning": {f"{r['factor']:g}": steps_or_censored(r, s) for r in tuned},
+                 "seeds": sorted(runs[row]), "params": (mine or tuned or [{}])[0].get("params"),
+                 "censored": sum(r["steps"] is None for r in mine),
+                 "paper": {"row": paper_row, "ppl": paper_ppl, "bleu": paper_bleu}}
+        for name, values in (("steps", [steps_or_censored(r, s) for r in mine]),
+                             ("ppl", [r["ppl_at"] for r in mine]), ("bleu", [r["bleu_at"] for r in mine])):
+            entry[name] = {"values": values, "mean": stats.mean_sd(values)[0] if values else None,
+                           "sd": stats.mean_sd(values)[1] if len(values) > 1 else None}
+        table[row] = entry
+    comparisons = {}
+    base = {"steps": {k: steps_or_censored(r, s) for k, r in runs["base"].items()},
+            "ppl": {k: r["ppl_at"] for k, r in runs["base"].items()}}
+    for row in s["rows"]:
+        if row == "base":
+            continue
+        arm = {"steps": {k: steps_or_censored(r, s) for k, r in runs[row].items()},
+               "ppl": {k: r["ppl_at"] for k, r in runs[row].items()}}
+        expected = ROWS[row][5]
+        c = stats.compare(base, arm, {m: (expected[i], s["margins"][m]) for i, m in enumerate(METRICS)})
+        n = len(c["metrics"]["steps"]["seeds"])
+        c["status"] = "complete" if n == len(s["seeds"]) else f"running / pending ({n} of {len(s['seeds'])} seeds)"
+        comparisons[row] = {"against": "base", **c}
+    pending = [row for row in s["rows"] if len(runs[row]) < len(s["seeds"])]
+    return {"table": table, "comparisons": comparisons, "pending_rows": pending,
+            "runs": [r for row in s["rows"] for r in runs[row].values()]}
+
+
+def markdown(payload: dict) -> str:
+    """The table: each row's chosen rate factor, its measures (mean +- sample SD over seeds), the paired
+    differences from the base with their 95% intervals, the verdict, and the paper's row beside."""
+    s, res = payload["settings"], payload["results"]
+    header = ["row", "change", "params", "rate factor", "seeds", "steps to 90", "PPL at 300", "BLEU at 300",
+              "d steps [95% CI]", "d PPL [95% CI]", "verdict", "paper's row", "paper PPL", "paper BLEU"]
     rows = []
-    for name, t in table.items():
-        change = ", ".join(f"{k}={v}" for k, v in t["changes"].items()) or "-"
-        delta = f"{t['bleu']['mean'] - base['bleu']['mean']:+.1f}" if base and name != "base" else ""
-        rows.append([f"{t['group']} {name}", change, f"{t['params']:,}", common.mean_std(t["ppl"]),
-                     common.mean_std(t["bleu"], ".1f"), common.mean_std(t["train_seconds"], ".0f"), delta,
+    for name, t in res["table"].items():
+        c = res["comparisons"].get(name)
+        change = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in t["changes"].items())
+        censored = f" ({t['censored']} censored)" if t["censored"] else ""
+        verdict = (c["verdict"] if c["status"] == "complete" else c["status"]) if c else \
+            ("" if len(t["seeds"]) == len(s["seeds"]) else "running / pending")
+        rows.append([f"{t['group']} {name}".strip(), change or "-", f"{t['params']:,}" if t["params"] else "-",
+                     "-" if t["factor"] is None else f"{t['factor']:g}", len(t["seeds"]),
+                     _cell(t["steps"], ".0f") + censored, _cell(t["ppl"], ".3f"), _cell(t["bleu"], ".1f"),
+                     stats.fmt_diff(c["metrics"]["steps"], "+.0f") if c else "",
+                     stats.fmt_diff(c["metrics"]["ppl"], "+.3f") if c else "", verdict,
                      t["paper"]["row"], f"{t['paper']['ppl']:.2f}", f"{t['paper']['bleu']:.1f}"])
+    title = (f"Table 3 on the {s['task']} corpus as learning speed: steps until the mean valid BLEU of "
+             f"{s['smooth']} evaluations {s['eval_every']} steps apart reaches {s['target']:g} (at most "
+             f"{s['max_steps']} steps); mean +- sample SD over seeds; differences paired by seed (row - base)")
     return common.markdown_table(title, header, rows)
 
 
+def _cell(m: dict, fmt: str) -> str:
+    if m["mean"] is None:
+        return "-"
+    return f"{m['mean']:{fmt}}" + (f" +- {m['sd']:{fmt}}" if m["sd"] is not None else "")
+
+
 def figures(payload) -> dict:
-    """BLEU and perplexity of every row, a dot per seed, the base row's mean as a line; the paper's beside."""
-    res = payload["results"]
-    names = list(res["table"])
-    fig, axes = common.new_figure(3, width=4.6, height=max(3.6, 0.26 * len(names) + 1))
-    y = numpy.arange(len(names))[::-1]
-    for ax, key, label in ((axes[0], "bleu", "BLEU (valid)"), (axes[1], "ppl", "perplexity (valid, per word)")):
-        for yi, name in zip(y, names):
-            values = [r[key] for r in res["runs"] if r["row"] == name]
-            ax.plot(values, [yi] * len(values), "o", color="C0", alpha=0.6, ms=4)
-            ax.plot([numpy.mean(values)], [yi], "|", color="k", ms=12)
-        if "base" in res["table"]:
-            ax.axvline(res["table"]["base"][key]["mean"], color="grey", lw=0.8, ls="--")
-        ax.set(xlabel=label, yticks=y, yticklabels=[f"{res['table'][n]['group']} {n}" for n in names])
-        ax.grid(alpha=0.3)
-    paper_bleu = [res["table"][n]["paper"]["bleu"] for n in names]
-    axes[2].barh(y, paper_bleu, color="C1", alpha=0.7)
-    axes[2].set(xlabel="the paper's BLEU (newstest2013)", yticks=y, yticklabels=[res["table"][n]["paper"]["row"]
-                                                                                  for n in names],
-                xlim=(min(paper_bleu) - 1, max(paper_bleu) + 0.5))
-    axes[2].grid(alpha=0.3)
-    axes[0].set_title(f"{payload['settings']['steps']} steps, {len(payload['settings']['seeds'])} seeds")
-    axes[2].set_title("Table 3 of the paper")
-    return {"rows": fig}
+    """Each row's smoothed valid BLEU against steps, a line per seed, the base's seeds in grey in every panel."""
+    s, res = payload["settings"], payload["results"]
+    names = [n for n in res["table"] if res["table"][n]["seeds"]]
+    if not names:
+        return {}
+    cols = min(4, len(names))
+    fig, axes = common.new_figure(cols, math.ceil(len(names) / cols), width=3.4, height=2.6)
+    k = s["smooth"]
+    for ax, name in zip(axes, names):
+        for row, colour in (("base", "0.7"), (name, "C0")):
+            for r in res["runs"]:
+                if r["row"] == row:
+                    c = numpy.array(r["curve"], dtype=float)
+                    if len(c) >= k:
+                        ax.plot(c[k - 1:, 0], numpy.convolve(c[:, 1], numpy.ones(k) / k, mode="valid"),
+                                color=colour, lw=1)
+        ax.axhline(s["target"], color="k", lw=0.6, ls="--")
+        ax.set(title=name, xlabel="step", ylim=(0, 100))
+    for ax in axes[len(names):]:
+        ax.axis("off")
+    return {"curves": fig}
+
+
+def write_results(s: dict, folder, quick: bool, started: float):
+    return common.save(folder, NAME, s, aggregate(s, folder), started, quick)
+
+
+def main(argv=None) -> None:
+    p = common.parser(__doc__)
+    p.add_argument("--collect", action="store_true", help="only rebuild results.json from the finished runs")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    s = QUICK if args.quick else SETTINGS
+    folder = common.out_dir(args, NAME)
+    if not args.collect and not args.replot:
+        run_study(s, folder, log=lambda line: print(line, flush=True),
+                  after=lambda: write_results(s, folder, args.quick, started))
+    path = write_results(s, folder, args.quick, started) if not args.replot else folder / "results.json"
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    for name, fig in figures(payload).items():
+        common.save_figure(fig, folder, f"{NAME}_{name}")
+    print(markdown(payload))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    common.main(sys.modules[__name__])
+    main()

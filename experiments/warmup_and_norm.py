@@ -11,7 +11,7 @@ data, loss, Adam and clipping at norm 1):
 
 1. the gradient norm of each layer's parameters at initialisation, post-LN and pre-LN, averaged over
    4 batches and 3 seeds, for the encoder and the decoder layers;
-2. a grid of peak learning rate x warmup, warmup 1 (no warmup) included, for both, 200 steps, seed 0: the
+2. a grid of peak learning rate x warmup, warmup 1 (no warmup) included, for both, 200 steps, seeds 0, 1, 2: the
    final training loss (mean of the last 50 steps), exact match on 200 held-out strings, and each run's
    outcome: "diverged" (a NaN, or a final loss not below the first steps'), "stuck" (a final loss no lower
    than the entropy of the target tokens, what a model that ignores the source can reach: it learned the
@@ -22,7 +22,7 @@ warmup^-0.5, so each cell sets lr_factor = peak * sqrt(d_model * warmup). With w
 peak and decays as peak / sqrt(step); a longer warmup at the same peak also keeps the rate higher afterwards
 (peak * sqrt(warmup / step)).
 
-    python experiments/warmup_and_norm.py            # about 7 CPU-minutes: 4 minutes on 2 idle cores
+    python experiments/warmup_and_norm.py            # about 20 CPU-minutes: 10 minutes on 2 idle cores
     python experiments/warmup_and_norm.py --quick    # seconds
 """
 
@@ -44,9 +44,10 @@ NAME = "warmup_and_norm"
 NORMS = {"post-LN": False, "pre-LN": True}
 MODEL = {"d_model": 64, "num_heads": 4, "d_ff": 128}
 SETTINGS = {"task": "copy", "model": MODEL, "layers": 6, "grad_seeds": [0, 1, 2], "grad_batches": 4,
-            "peaks": [1e-3, 3e-3, 1e-2, 3e-2], "warmups": [1, 30, 100], "steps": 200, "seeds": [0], "heldout": 200}
+            "peaks": [1e-3, 3e-3, 1e-2, 3e-2], "warmups": [1, 30, 100], "steps": 200, "seeds": [0, 1, 2],
+            "heldout": 200}
 QUICK = {"task": "copy", "model": MODEL, "layers": 2, "grad_seeds": [0], "grad_batches": 1,
-         "peaks": [3e-2], "warmups": [1, 10], "steps": 15, "seeds": [0], "heldout": 20}
+         "peaks": [3e-2], "warmups": [1, 10], "steps": 15, "seeds": [0, 1], "heldout": 20}
 
 
 def lr_factor_for(peak: float, d_model: int, warmup: int) -> float:
@@ -147,6 +148,38 @@ def run(s, progress=True) -> dict:
     with common.progress(len(grad_jobs) + len(grid_jobs), "warmup and norm", disable=not progress) as bar:
         grads = training.run_many(init_grad_norms, grad_jobs, bar)
         grid = training.run_many(grid_run, grid_jobs, bar)
+    return summarize(grads, grid, s)
+
+
+def comparisons(grid: list, s: dict) -> dict:
+    """Paired by seed, each cell's exact match and final loss against another's: every warmup against none (1)
+    at the same norm and peak (the claim: warmup helps), and pre-LN against post-LN at the same peak and warmup
+    (the claim: pre-LN trains better, without warmup above all)."""
+    import stats
+
+    def arm(norm, peak, warmup):
+        mine = [r for r in grid if (r["norm"], r["peak"], r["warmup"]) == (norm, peak, warmup)]
+        return {"exact_match": {r["seed"]: r["exact_match"] for r in mine},
+                "final_loss": {r["seed"]: r["final_loss"] for r in mine}}
+
+    better = {"exact_match": (1, 0.0), "final_loss": (-1, 0.0)}
+    out = {}
+    for norm in NORMS:
+        for peak in s["peaks"]:
+            for warmup in s["warmups"][1:]:
+                out[f"{norm}, peak {peak:g}: warmup {warmup} - warmup 1"] = {
+                    "claim": "warmup helps", "group": "warmup", "norm": norm, "peak": peak, "warmup": warmup,
+                    **stats.compare(arm(norm, peak, 1), arm(norm, peak, warmup), better)}
+    for peak in s["peaks"]:
+        for warmup in s["warmups"]:
+            out[f"peak {peak:g}, warmup {warmup}: pre-LN - post-LN"] = {
+                "claim": "pre-LN trains better", "group": "norm", "peak": peak, "warmup": warmup,
+                **stats.compare(arm("post-LN", peak, warmup), arm("pre-LN", peak, warmup), better)}
+    return out
+
+
+def summarize(grads: list, grid: list, s: dict) -> dict:
+    """The gradient norms, the grid's cells and the comparisons, from the runs alone."""
     grad_norms = {}
     for norm in NORMS:
         for stack in ("encoder", "decoder"):
@@ -162,7 +195,7 @@ def run(s, progress=True) -> dict:
                 cells[f"{norm}/{peak:g}/{warmup}"] = {
                     "final_loss": [r["final_loss"] for r in mine], "exact_match": [r["exact_match"] for r in mine],
                     "outcomes": [r["outcome"] for r in mine]}
-    return {"grad_norms": grad_norms, "grid": grid, "cells": cells}
+    return {"grad_norms": grad_norms, "grid": grid, "cells": cells, "comparisons": comparisons(grid, s)}
 
 
 def figures(payload) -> dict:

@@ -33,6 +33,27 @@ def test_label_smoothing_quick(tmp_path):
     assert all(("minus_baseline" in row) == (row["epsilon"] != s["epsilons"][0]) for row in res["table"])
     for name in ("reliability", "metrics"):
         assert (tmp_path / f"label_smoothing_{name}.png").stat().st_size > 0
+    # every comparison carries its per-seed differences, recomputable from the runs
+    assert len(res["comparisons"]) == 3 * len(s["budgets"]) * (len(s["epsilons"]) - 1)
+    for name, c in res["comparisons"].items():
+        budget = s["budgets"].index(int(name.split(", ")[1].split()[0]))
+        for metric, m in c["metrics"].items():
+            assert m["diffs"] == label_smoothing.paired_differences(res["runs"], metric, budget, s["epsilons"][1])
+
+
+def test_label_smoothing_reads_each_part_of_the_claim():
+    # eps 0.1 raises perplexity on every seed by about the same, BLEU by amounts that straddle zero
+    runs = [{"epsilon": e, "seed": seed, "at": [{"ppl": 1.0 + e + 0.01 * seed * e, "bleu": 70 + e * [30, -40, 20][seed],
+                                                  "token_accuracy": 0.9}]}
+            for seed in range(3) for e in (0.0, 0.1)]
+    c = label_smoothing.comparisons(runs, {"epsilons": [0.0, 0.1], "budgets": [300]})
+    assert c["eps 0.1 - eps 0, 300 steps: hurts perplexity"]["verdict"] == "reproduced"
+    assert c["eps 0.1 - eps 0, 300 steps: improves BLEU"]["verdict"] == "inconclusive"
+    assert c["eps 0.1 - eps 0, 300 steps: improves accuracy"]["verdict"] == "inconclusive"   # no change at all
+    for r in runs:                                                  # perplexity now falls on every seed
+        r["at"][0]["ppl"] = 1.0 - r["epsilon"] - 0.01 * r["seed"] * r["epsilon"]
+    c = label_smoothing.comparisons(runs, {"epsilons": [0.0, 0.1], "budgets": [300]})
+    assert c["eps 0.1 - eps 0, 300 steps: hurts perplexity"]["verdict"] == "opposite"
 
 
 def test_training_on_through_budgets_equals_one_run():

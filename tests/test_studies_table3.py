@@ -1,4 +1,5 @@
-"""The Table 3 study (experiments/table3.py) and the measurements every study of experiments/training.py takes.
+"""The Table 3 studies (experiments/table3.py, multi30k_table3.py) and the measurements every study of
+experiments/training.py takes.
 
 The measurements are checked on stand-in models whose answer is known by hand: a model that always gives the
 same logits has a perplexity and a calibration that follow from those logits alone.
@@ -65,9 +66,9 @@ def test_settings_for_changes_the_model_or_the_run_and_refuses_an_unknown_name()
 
 @pytest.mark.parametrize("name", list(table3.ROWS))
 def test_each_row_changes_what_it_names_and_nothing_else(name):
-    settings = table3.row_settings("toy", name, steps=3, seed=0)
-    base = table3.row_settings("toy", "base", steps=3, seed=0)
-    changes = table3.ROWS[name][1]
+    settings = table3.row_settings("toy", name, seed=0, factor=1.0, steps=3)
+    base = table3.row_settings("toy", "base", seed=0, factor=1.0, steps=3)
+    changes = {k: v for k, v in table3.ROWS[name][1].items() if k != "position_std"}   # not a setting: see below
     changed = {k for k in {*settings, *settings["model"]} - {"model"}
                if settings.get(k, settings["model"].get(k)) != base.get(k, base["model"].get(k))}
     if "num_encoder_layers" in changes:                              # N counts the layers of both stacks
@@ -79,19 +80,122 @@ def test_each_row_changes_what_it_names_and_nothing_else(name):
         assert changes["num_heads"] * changes["d_k"] == table3.BASE["num_heads"] * table3.BASE["d_k"]
 
 
-def test_table3_quick(tmp_path):
+def test_the_rate_factor_is_the_runs_own():
+    assert table3.row_settings("toy", "h=1", seed=0, factor=2.0, steps=3)["lr_factor"] == 2.0
+
+
+def test_scale_positions_gives_the_learned_tables_the_asked_spread():
+    import minitransformer as mt
+
+    config = mt.TransformerConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, positional="learned")
+    model = mt.Transformer(config)
+    before = {n: np.array(p.data) for n, p in model.named_parameters()}
+    table3.scale_positions(model, 0.7)
+    for name, p in model.named_parameters():
+        if name.endswith("_pos.P"):
+            assert float(np.std(p.data)) == pytest.approx(0.7, rel=1e-6)
+        else:
+            np.testing.assert_array_equal(p.data, before[name], err_msg=name)
+
+
+SMALL = {"smooth": 3, "target": 90.0, "at_step": 300, "eval_every": 25, "max_steps": 1500}
+
+
+def curve_of(bleus, start=25):
+    return [[start + 25 * k, b, 2.0] for k, b in enumerate(bleus)]
+
+
+def test_one_lucky_checkpoint_does_not_reach_the_target():
+    # a single evaluation at 95 between two at 70: the moving mean of 3 stays at 78.3
+    assert table3.measures(curve_of([60, 70, 95, 70, 80]), SMALL)["steps"] is None
+    # three in a row whose mean reaches 90: the step of the third
+    m = table3.measures(curve_of([60, 70, 95, 88, 91, 93]), SMALL)
+    assert m["steps"] == 25 * 5                      # evaluations at 75, 100, 125 -> (95 + 88 + 91) / 3 = 91.3
+
+
+def test_measures_around_the_step_of_the_table():
+    curve = [[s, float(s) / 10, 1.0 + s / 1000] for s in range(25, 401, 25)]
+    m = table3.measures(curve, SMALL)
+    assert m["bleu_at"] == pytest.approx((27.5 + 30 + 32.5) / 3)       # steps 275, 300, 325
+    assert m["ppl_at"] == pytest.approx(1.3)
+
+
+def test_choose_factor_prefers_the_soonest_then_the_best_bleu():
+    s = {"max_steps": 100, "eval_every": 25}
+    tuned = [{"factor": 0.5, "steps": None, "final_smoothed_bleu": 80.0},
+             {"factor": 1.0, "steps": 75, "final_smoothed_bleu": 91.0},
+             {"factor": 2.0, "steps": 75, "final_smoothed_bleu": 93.0}]
+    assert table3.choose_factor(tuned, s) == 2.0
+    assert table3.steps_or_censored(tuned[0], s) == 125                # never reached: counted past the limit
+
+
+def test_table3_quick_resumes_and_compares(tmp_path):
     p = run_script("table3", tmp_path)
     s, res = p["settings"], p["results"]
-    assert pngs(tmp_path) == ["table3_rows.png"]
-    assert len(res["runs"]) == len(s["rows"]) * len(s["seeds"])
+    assert pngs(tmp_path) == ["table3_curves.png"]
+    assert set(res["table"]) == set(s["rows"]) and res["pending_rows"] == []
+    for name, row in res["table"].items():
+        assert row["factor"] in s["factors"] and row["seeds"] == s["seeds"]
+        assert len(row["tuning"]) == len(s["factors"])
     for run in res["runs"]:
-        assert run["ppl"] > 1 and 0 <= run["bleu"] <= 100 and run["train_seconds"] > 0
+        steps = [c[0] for c in run["curve"]]
+        assert steps == list(range(s["eval_every"], steps[-1] + 1, s["eval_every"]))
+        assert all(c[2] > 1 and 0 <= c[1] <= 100 for c in run["curve"])
+    # h = 1 at d_k = d_model has the base's parameters (fixed h * d_k); learned positions add a table per side
     table = res["table"]
-    assert set(table) == set(s["rows"])
-    # h = 1 at d_k = 64 has the base's parameters (fixed h * d_k); learned positions add a table per side
     assert table["h=1"]["params"] == table["base"]["params"]
-    max_len = TRANSLATION_MAX_LEN                                   # the rows of a toy model's position table
-    assert table["learned"]["params"] - table["base"]["params"] == 2 * max_len * table3.BASE["d_model"]
-    for row in table.values():
-        assert row["ppl"]["min"] <= row["ppl"]["mean"] <= row["ppl"]["max"]
-        assert row["paper"]["bleu"] > 20
+    learned = next(n for n in s["rows"] if n.startswith("learned"))
+    assert table[learned]["params"] - table["base"]["params"] == 2 * TRANSLATION_MAX_LEN * table3.BASE["d_model"]
+    for name, c in res["comparisons"].items():
+        assert c["status"] == "complete"
+        diffs = c["metrics"]["steps"]["diffs"]
+        by_seed = {r["seed"]: table3.steps_or_censored(r, s) for r in res["runs"] if r["row"] == name}
+        base = {r["seed"]: table3.steps_or_censored(r, s) for r in res["runs"] if r["row"] == "base"}
+        assert diffs == [by_seed[k] - base[k] for k in sorted(base)]
+    # a second invocation finds every run finished and trains nothing
+    finished = sorted((tmp_path / "finished").glob("*.json"))
+    assert len(finished) == len(s["rows"]) * (len(s["factors"]) + len(s["seeds"]))
+    stamps = [f.stat().st_mtime_ns for f in finished]
+    run_script("table3", tmp_path)
+    assert [f.stat().st_mtime_ns for f in finished] == stamps
+
+
+def test_multi30k_table3_quick_resumes(tmp_path):
+    import multi30k_table3
+
+    p = run_script("multi30k_table3", tmp_path)
+    s, res = p["settings"], p["results"]
+    assert res["pending"] == [] and len(res["runs"]) == len(s["rows"]) * len(s["seeds"])
+    for run in res["runs"]:
+        assert run["steps"] == s["steps"] and 0 <= run["test_bleu"] <= 100 and run["test_ppl"] > 1
+        assert run["averaged"]["steps"] == [s["steps"] - k * s["save_every"] for k in range(s["average"])][::-1]
+        assert 0 <= run["averaged"]["test_bleu"] <= 100 and run["averaged"]["test_ppl"] > 1
+    assert not any((tmp_path / "runs").glob("*/*.npz"))               # the scratch checkpoints are removed
+    model = multi30k_table3.task_model(s)
+    half = res["table"]["d_model/2"]["changes"]
+    assert half["d_model"] == model["d_model"] // 2
+    # the Noam peak, factor * d_model^-0.5, is the base's
+    assert half["lr_factor"] * half["d_model"] ** -0.5 == pytest.approx(s["lr_factor"] * model["d_model"] ** -0.5)
+    for c in res["comparisons"].values():
+        assert set(c["metrics"]) == {"test_bleu", "test_ppl"} and c["status"] == "complete"
+    stamps = [f.stat().st_mtime_ns for f in sorted((tmp_path / "finished").glob("*.json"))]
+    run_script("multi30k_table3", tmp_path)
+    assert [f.stat().st_mtime_ns for f in sorted((tmp_path / "finished").glob("*.json"))] == stamps
+
+
+def test_multi30k_run_cut_short_resumes_to_the_same_model(tmp_path, monkeypatch):
+    # a run interrupted after its step-4 checkpoint, started again, must end where an uninterrupted run ends
+    import multi30k_table3
+
+    s = dict(multi30k_table3.QUICK, rows=["base"], seeds=[0])
+    (_, job), = multi30k_table3.jobs_of(s, tmp_path / "whole", None)
+    whole = multi30k_table3.run_one(job)
+    (_, cut), = multi30k_table3.jobs_of(s, tmp_path / "cut", None)
+    short = dict(cut, settings=dict(cut["settings"], steps=4))
+    monkeypatch.setattr(multi30k_table3.shutil, "rmtree", lambda *a, **k: None)     # keep the checkpoints
+    multi30k_table3.run_one(short)
+    monkeypatch.undo()
+    resumed = multi30k_table3.run_one(cut)
+    assert resumed["resumed_at"] == 4 and whole["resumed_at"] == 0
+    for name in ("test_bleu", "test_ppl", "valid_ppl"):
+        assert resumed[name] == pytest.approx(whole[name], rel=1e-9), name

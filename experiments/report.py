@@ -1,0 +1,292 @@
+"""experiments/README.md's tables and verdicts, generated from the stored results.json files.
+
+Each generated part of the README sits between two marker lines,
+
+    <!-- BEGIN GENERATED name -->
+    ...
+    <!-- END GENERATED name -->
+
+and is rewritten from the study's stored results by the function SECTIONS[name]; nothing between the markers is
+written by hand, so a verdict cannot outlive its numbers (tests/test_studies_report.py regenerates every part and
+fails on any difference).
+
+    python experiments/report.py              # rewrite the generated parts of experiments/README.md
+    python experiments/report.py --check      # exit 1 if any part differs from what the results give
+    python experiments/report.py --recompute  # first recompute the summaries and comparisons that the stored
+                                              # per-seed numbers determine (no training), into the results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import common  # first: it sets the BLAS threads before NumPy loads
+import stats
+
+HERE = Path(__file__).resolve().parent
+README = HERE / "README.md"
+RESULTS = HERE / "results"
+MARKER = re.compile(r"<!-- BEGIN GENERATED (?P<name>[\w-]+) -->\n.*?<!-- END GENERATED (?P=name) -->", re.DOTALL)
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / name / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def pending(name: str, command: str) -> str:
+    return f"*Running / pending: no stored results for this part yet; `{command}` produces them.*"
+
+
+def _run_line(p: dict) -> str:
+    m = p["machine"]
+    return (f"Stored run: `{p['command']}`, finished {p['date']}, {p['seconds']:.0f} s wall, {m['cpu']} "
+            f"({m['cores']} cores), one BLAS thread.")
+
+
+# ---------------------------------------------------------------------------------------------- the sections
+
+def table1_by_d() -> str:
+    p = load("table1_by_d")
+    if p is None or "crossover_by_d" not in p["results"]:
+        return pending("table1_by_d", "python experiments/table1.py --out experiments/results/table1_by_d")
+    rows = []
+    for d, c in p["results"]["crossover_by_d"].items():
+        cell = (lambda x: "beyond the range" if x is None else f"{x:.0f}")
+        rows.append([d, cell(c["multiply_adds_self_attention_vs_recurrent_n"]),
+                     cell(c["time_self_attention_vs_recurrent_n"]),
+                     cell(c["multiply_adds_self_attention_vs_convolution_n"]),
+                     cell(c["time_self_attention_vs_convolution_n"])])
+    ns = p["settings"]["crossover_ns"]
+    title = (f"The n at which self-attention stops being cheaper, for each width d (n = {ns[0]} .. {ns[-1]}; "
+             "interpolated on log n)")
+    return "\n\n".join([_run_line(p), common.markdown_table(title, [
+        "d", "vs recurrent, multiply-adds", "vs recurrent, time", "vs convolution, multiply-adds",
+        "vs convolution, time"], rows)])
+
+
+def attention_variants() -> str:
+    p = load("attention_variants")
+    if p is None or "comparisons" not in p["results"]:
+        return pending("attention_variants", "python experiments/attention_variants.py")
+    import attention_variants as av
+
+    s, res = p["settings"], p["results"]
+    rows = []
+    for kind, d_k in av.arms(s):
+        runs = [r for r in res["runs"] if (r["kind"], r["d_k"]) == (kind, d_k)]
+        steps = [av.steps_or_censored(r, s) for r in runs]
+        rows.append([av.label(kind), d_k, f"{res['lrs'][f'{kind}/{d_k}']:g}", len(runs),
+                     stats.fmt_mean_sd(steps, ".0f"), ", ".join(str(x) for x in steps),
+                     stats.fmt_mean_sd([r["final_accuracy"] for r in runs], ".3f"),
+                     stats.fmt_mean_sd([r["final_loss"] for r in runs], ".3f"),
+                     f"{sum(r['max_weight'][0] for r in runs) / len(runs):.3f}",
+                     f"{sum(r['score_grad'][0] for r in runs) / len(runs):.2e}",
+                     f"{sum(r['ms_per_step'] for r in runs) / len(runs):.1f}",
+                     f"{sum(r['peak_bytes_per_step'] for r in runs) / len(runs) / 2 ** 20:.2f}"])
+    title = (f"Key-value retrieval, {s['steps']} steps; the rate chosen per arm from {s['lrs']} on seed "
+             f"{s['tune_seed']}; steps to {s['target_accuracy']:.0%} accuracy (never reached: {s['steps']} + "
+             f"{s['eval_every']}); mean +- sample SD over seeds {s['seeds']}")
+    edge = ""
+    if all(lr == max(s["lrs"]) for lr in res["lrs"].values()):
+        edge = (f"\n\nEvery arm chose the largest rate tried ({max(s['lrs']):g}): the edge of the grid, so a higher "
+                "rate was not ruled out for any arm.")
+    elif all(lr == min(s["lrs"]) for lr in res["lrs"].values()):
+        edge = f"\n\nEvery arm chose the smallest rate tried ({min(s['lrs']):g}): the edge of the grid."
+    return "\n\n".join([_run_line(p) + edge, common.markdown_table(title, [
+        "scoring", "d_k", "lr", "seeds", f"steps to {s['target_accuracy']:.0%}", "per seed", "final accuracy",
+        "final loss", "largest weight at init", "mean abs dL/dscore at init", "ms/step", "peak MiB/step"], rows), common.comparison_table(res["comparisons"])])
+
+
+def table3() -> str:
+    p = load("table3")
+    if p is None:
+        return pending("table3", "python experiments/table3.py")
+    import table3 as t3
+
+    res = p["results"]
+    for name, c in res["comparisons"].items():       # how each is shown: the paper's row, steps as whole numbers
+        c.setdefault("claim", f"the paper's row {t3.ROWS[name][2]}")
+        c.setdefault("formats", {"steps": "+.0f", "ppl": "+.3f"})
+    parts = [f"Stored: {len(res['runs'])} finished seed runs (tuning runs besides), last written {p['date']}.",
+             t3.markdown(p), common.comparison_table(res["comparisons"])]
+    if res["pending_rows"]:
+        parts.append("Running / pending (resumed by `python experiments/table3.py`): "
+                     + ", ".join(res["pending_rows"]) + ".")
+    return "\n\n".join(parts)
+
+
+def table3_300_steps() -> str:
+    p = load("table3_300_steps")
+    if p is None:
+        return pending("table3_300_steps", "(the earlier fixed-budget run; no script)")
+    s, res = p["settings"], p["results"]
+    rows = []
+    for name, t in res["table"].items():
+        c = res["comparisons"].get(name)
+        rows.append([f"{t['group']} {name}".strip(), f"{t['params']:,}", common.mean_std(t["ppl"], ".3f"),
+                     common.mean_std(t["bleu"], ".1f"), stats.fmt_diff(c["metrics"]["bleu"], "+.1f") if c else "",
+                     stats.fmt_diff(c["metrics"]["ppl"], "+.3f") if c else "", c["verdict"] if c else ""])
+    title = (f"The earlier design: every row stopped at {s['steps']} steps, seeds {s['seeds']}, valid split; mean +- "
+             "sample SD; differences paired by seed (row - base)")
+    return "\n\n".join([common.markdown_table(title, ["row", "params", "PPL", "BLEU", "d BLEU [95% CI]",
+                                                      "d PPL [95% CI]", "verdict"], rows),
+                        common.comparison_table(res["comparisons"])])
+
+
+def multi30k_table3() -> str:
+    p = load("multi30k_table3")
+    if p is None:
+        return pending("multi30k_table3", "python experiments/multi30k_table3.py --data-dir DIR")
+    import multi30k_table3 as m30
+
+    res = p["results"]
+    parts = [(f"Stored: {len(res['runs'])} of {len(p['settings']['rows']) * len(p['settings']['seeds'])} runs "
+             f"finished, last written {p['date']}."), m30.markdown(p), common.comparison_table(res["comparisons"])]
+    if res["pending"]:
+        parts.append("Running / pending (resumed by `python experiments/multi30k_table3.py --data-dir DIR`): "
+                     + ", ".join(res["pending"]) + ".")
+    return "\n\n".join(parts)
+
+
+def label_smoothing() -> str:
+    p = load("label_smoothing")
+    import label_smoothing as ls
+
+    return "\n\n".join([_run_line(p), ls.markdown_table(p["results"]["table"], p["settings"]),
+                        common.comparison_table(p["results"]["comparisons"])])
+
+
+def warmup_and_norm() -> str:
+    p = load("warmup_and_norm")
+    s, res = p["settings"], p["results"]
+    grads = []
+    for key, g in res["grad_norms"].items():
+        grads.append([key.replace("/", " "), *(f"{x:.2f}" for x in g["mean"]), f"{g['last_over_first']:.2f}"])
+    layers = len(next(iter(res["grad_norms"].values()))["mean"])
+    grad_table = common.markdown_table(
+        f"Gradient norm per layer at initialisation (mean over {s['grad_batches']} batches x seeds {s['grad_seeds']})",
+        ["", *(f"layer {k + 1}" for k in range(layers)), "last / first"], grads)
+    rows = []
+    for peak in s["peaks"]:
+        row = [f"{peak:g}"]
+        for warmup in s["warmups"]:
+            for norm in ("post-LN", "pre-LN"):
+                cell = res["cells"][f"{norm}/{peak:g}/{warmup}"]
+                stuck = sum(o != "trained" for o in cell["outcomes"])
+                row.append(f"{stats.fmt_mean_sd(cell['final_loss'])} / {stats.fmt_mean_sd(cell['exact_match'])}"
+                           + (f" ({stuck} of {len(cell['outcomes'])} {'/'.join(sorted(set(cell['outcomes']) - {'trained'}))})"
+                              if stuck else ""))
+        rows.append(row)
+    header = ["peak lr"] + [f"{norm}, warmup {w}" for w in s["warmups"] for norm in ("post-LN", "pre-LN")]
+    title = (f"Final training loss / exact match after {s['steps']} steps, mean +- sample SD over seeds {s['seeds']} "
+             "(runs that did not train: counted and named)")
+    verdicts = {}
+    for c in res["comparisons"].values():
+        key = c["claim"]
+        verdicts.setdefault(key, {v: 0 for v in stats.VERDICTS})[c["verdict"]] += 1
+    summary = common.markdown_table("How often each claim holds over the grid's comparisons:",
+                                    ["claim", *stats.VERDICTS], [[k, *v.values()] for k, v in verdicts.items()])
+    return "\n\n".join([_run_line(p), grad_table, common.markdown_table(title, header, rows), summary,
+                        common.comparison_table(res["comparisons"], "+.3f")])
+
+
+def averaging() -> str:
+    p = load("averaging")
+    import averaging as av
+
+    return "\n\n".join([_run_line(p), av.markdown_table(p["results"]["table"], p["settings"]),
+                        common.comparison_table(p["results"]["comparisons"])])
+
+
+SECTIONS = {"table1-by-d": table1_by_d, "attention-variants": attention_variants, "table3": table3,
+            "table3-300-steps": table3_300_steps, "multi30k-table3": multi30k_table3,
+            "label-smoothing": label_smoothing, "warmup-and-norm": warmup_and_norm, "averaging": averaging}
+
+
+# ---------------------------------------------------------------------------------------------- recomputing
+
+def recompute_table3_300_steps(p: dict) -> dict:
+    """The earlier fixed-budget Table 3: each row's summary (sample SD) and its paired comparison with the base,
+    the paper's signs read as BLEU higher = better, from the per-seed runs it stored."""
+    import table3 as t3
+
+    s, runs = p["settings"], p["results"]["runs"]
+    table, comparisons = {}, {}
+    per = {row: {r["seed"]: r for r in runs if r["row"] == row} for row in s["rows"]}
+    for row in s["rows"]:
+        group, changes, paper_row, paper_ppl, paper_bleu, expected = t3.ROWS[row]
+        mine = list(per[row].values())
+        table[row] = {"group": group, "changes": changes, "params": mine[0]["params"],
+                      "ppl": common.summary([r["ppl"] for r in mine]), "bleu": common.summary([r["bleu"] for r in mine]),
+                      "train_seconds": common.summary([r["train_seconds"] for r in mine]),
+                      "paper": {"row": paper_row, "ppl": paper_ppl, "bleu": paper_bleu}}
+        if row != "base":
+            arms = [{m: {k: r[m] for k, r in per[x].items()} for m in ("bleu", "ppl")} for x in ("base", row)]
+            comparisons[row] = {"claim": f"the paper's row {paper_row}", "formats": {"ppl": "+.3f", "bleu": "+.1f"},
+                                **stats.compare(*arms, {"bleu": (-expected[0], 1.0), "ppl": (expected[1], 0.05)})}
+    return {**p["results"], "table": table, "comparisons": comparisons}
+
+
+def recompute() -> list:
+    """Rewrite the summaries and comparisons of the stored results that their per-seed numbers determine."""
+    import averaging
+    import label_smoothing
+    import warmup_and_norm
+
+    done = []
+    for name, fn in (("label_smoothing", lambda p: label_smoothing.summarize(p["results"]["runs"], p["settings"])),
+                     ("averaging", lambda p: averaging.summarize(p["results"]["runs"], p["settings"])),
+                     ("warmup_and_norm", lambda p: {**p["results"], "comparisons": warmup_and_norm.comparisons(
+                         p["results"]["grid"], p["settings"])}),
+                     ("table3_300_steps", recompute_table3_300_steps)):
+        path = RESULTS / name / "results.json"
+        if not path.exists():
+            continue
+        p = json.loads(path.read_text(encoding="utf-8"))
+        p["results"] = fn(p)
+        p.setdefault("recomputed", "summaries and comparisons recomputed from the stored per-seed numbers")
+        path.write_text(json.dumps(p, indent=1, default=common._plain) + "\n", encoding="utf-8")
+        done.append(name)
+    return done
+
+
+# ---------------------------------------------------------------------------------------------- the README
+
+def render(text: str) -> str:
+    """``text`` with every generated part rewritten from the stored results."""
+    def one(match):
+        name = match.group("name")
+        if name not in SECTIONS:
+            raise ValueError(f"experiments/README.md: unknown generated part {name!r}; expected one of "
+                             f"{', '.join(SECTIONS)}")
+        return f"<!-- BEGIN GENERATED {name} -->\n{SECTIONS[name]()}\n<!-- END GENERATED {name} -->"
+
+    return MARKER.sub(one, text)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if a generated part differs; write nothing")
+    p.add_argument("--recompute", action="store_true", help="recompute stored summaries and comparisons first")
+    args = p.parse_args(argv)
+    if args.recompute:
+        print("recomputed:", ", ".join(recompute()) or "nothing")
+    text = README.read_text(encoding="utf-8")
+    new = render(text)
+    if args.check:
+        if new != text:
+            print("experiments/README.md differs from what the stored results give: run python experiments/report.py")
+            return 1
+        return 0
+    README.write_text(new, encoding="utf-8")
+    print(f"wrote {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

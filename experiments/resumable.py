@@ -1,0 +1,62 @@
+"""A study too long for one sitting: each finished run stored as a file of its own, skipped when run again.
+
+A study lists its runs as (key, job) pairs. ``run_pending`` trains those whose DIR/finished/<key>.json is
+missing, one after another, and writes each result there as soon as it is done (a temporary file renamed, so an
+interrupted write leaves no half file); a second invocation with the same list picks up where the first stopped.
+``collect`` reads back what is finished. The study's results.json is then computed from these files alone, so
+it can be rebuilt at any time, however far the runs have got.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+FINISHED = "finished"
+_KEY = re.compile(r"^[A-Za-z0-9_.=+-]+$")
+
+
+def key_path(folder: Path, key: str) -> Path:
+    if not _KEY.match(key):
+        raise ValueError(f"run key {key!r}: expected letters, digits and _.=+- only")
+    return Path(folder) / FINISHED / f"{key}.json"
+
+
+def run_pending(jobs: list, fn, folder: Path, log=print, limit: int | None = None, after=None) -> int:
+    """Run fn(job) for every (key, job) of ``jobs`` whose result file is missing, in order, writing each result
+    (a dict, JSON-serialisable) as it finishes, then calling after() if given; at most ``limit`` runs.
+    -> how many ran."""
+    (Path(folder) / FINISHED).mkdir(parents=True, exist_ok=True)
+    done = 0
+    for key, job in jobs:
+        path = key_path(folder, key)
+        if path.exists():
+            continue
+        if limit is not None and done >= limit:
+            break
+        started = time.time()
+        log(f"{time.strftime('%H:%M:%S')} start {key}")
+        result = fn(job)
+        result = {"key": key, **result, "wall_seconds": round(time.time() - started, 1),
+                  "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        log(f"{time.strftime('%H:%M:%S')} done {key} in {result['wall_seconds']:.0f} s")
+        done += 1
+        if after is not None:
+            after()
+    return done
+
+
+def collect(folder: Path, keys: list) -> dict:
+    """{key: result} of the finished runs among ``keys``."""
+    found = {}
+    for key in keys:
+        path = key_path(folder, key)
+        if path.exists():
+            found[key] = json.loads(path.read_text(encoding="utf-8"))
+    return found

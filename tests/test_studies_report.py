@@ -1,0 +1,68 @@
+"""experiments/README.md's generated tables and verdicts (experiments/report.py) against the stored results: a
+verdict cannot outlive its numbers."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import report  # experiments/ is not a package: its scripts import each other by name
+import stats
+
+
+def test_the_readme_is_what_the_stored_results_give():
+    text = report.README.read_text(encoding="utf-8")
+    assert report.render(text) == text, "experiments/README.md is stale: run python experiments/report.py"
+
+
+def test_every_generated_part_of_the_readme_is_known_and_present():
+    names = [m.group("name") for m in report.MARKER.finditer(report.README.read_text(encoding="utf-8"))]
+    assert sorted(names) == sorted(report.SECTIONS)
+
+
+def test_a_changed_number_changes_the_readme(tmp_path, monkeypatch):
+    # copy one stored study, change one seed's BLEU, and the generated part must change with it
+    study = tmp_path / "averaging"
+    study.mkdir()
+    payload = json.loads((report.RESULTS / "averaging" / "results.json").read_text(encoding="utf-8"))
+    text = "<!-- BEGIN GENERATED averaging -->\n<!-- END GENERATED averaging -->"
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    (study / "results.json").write_text(json.dumps(payload), encoding="utf-8")
+    before = report.render(text)
+    payload["results"]["runs"][0]["bleu"]["1000"]["5"] -= 30.0
+    import averaging
+
+    payload["results"] = averaging.summarize(payload["results"]["runs"], payload["settings"])
+    (study / "results.json").write_text(json.dumps(payload), encoding="utf-8")
+    after = report.render(text)
+    assert before != after
+
+
+def test_a_study_without_results_is_marked_pending(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    out = report.render("<!-- BEGIN GENERATED multi30k-table3 -->\nold\n<!-- END GENERATED multi30k-table3 -->")
+    assert "Running / pending" in out and "old" not in out
+
+
+def test_an_unknown_part_is_refused():
+    with pytest.raises(ValueError, match="unknown generated part 'nope'"):
+        report.render("<!-- BEGIN GENERATED nope -->\n<!-- END GENERATED nope -->")
+
+
+def test_stored_comparisons_are_recomputable_from_their_differences():
+    # every comparison stored in a results.json: its interval and verdict follow from its per-seed differences
+    for path in sorted(report.RESULTS.glob("*/results.json")):
+        comparisons = json.loads(path.read_text(encoding="utf-8"))["results"].get("comparisons", {})
+        for name, c in comparisons.items():
+            readings = []
+            for metric, m in c["metrics"].items():
+                if len(m["diffs"]) >= 2:
+                    mean, sd = stats.mean_sd(m["diffs"])
+                    half = stats.t975(len(m["diffs"]) - 1) * sd / len(m["diffs"]) ** 0.5
+                    assert m["ci95"] == pytest.approx([mean - half, mean + half]), (path, name, metric)
+                readings.append(stats.side(m["ci95"], m["expected"], m["margin"]))
+            assert c["verdict"] == stats.verdict(readings), (path, name)
