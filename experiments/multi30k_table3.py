@@ -104,8 +104,8 @@ def jobs_of(s: dict, folder: Path, data_dir) -> list:
 
 
 def _test_batches(settings: dict, data) -> list:
-    from minitransformer.kit.cli.task_data import TRANSLATION_MAX_LEN, _encode_pairs
     from minitransformer.kit.data.batching import BucketBatcher
+    from minitransformer.kit.data.task_data import TRANSLATION_MAX_LEN, _encode_pairs
 
     pairs = training.load_pairs(settings["task"], "test", settings["data_dir"])
     ids = _encode_pairs(pairs, data.src_tok, data.tgt_tok, TRANSLATION_MAX_LEN - 1)
@@ -117,9 +117,9 @@ def run_one(job: dict) -> dict:
     """Train one (row, seed) to its step limit (resuming its scratch checkpoints if a run was cut short), then
     score the mean of its last checkpoints. The scratch folder is removed once the result is measured."""
     import minitransformer as mt
-    from minitransformer.kit.cli.task_data import task_data
-    from minitransformer.kit.cli.train import _build_trainer
+    from minitransformer.kit.data.task_data import task_data
     from minitransformer.kit.running import checkpoint as ckpt
+    from minitransformer.kit.running.runs import build_trainer
 
     training._one_blas_thread()
     settings, scratch = job["settings"], Path(job["scratch"])
@@ -128,7 +128,7 @@ def run_one(job: dict) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):          # "building vocabularies ..."
         data = task_data(settings)
     data = replace(data, metric_fn=None)
-    trainer = _build_trainer(settings, data, str(scratch))
+    trainer = build_trainer(settings, data, str(scratch))
     resumed_at = 0
     if ckpt.list_checkpoints(scratch):
         trainer.resume(str(scratch))

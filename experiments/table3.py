@@ -120,8 +120,8 @@ def run_one(job: dict) -> dict:
     """Train one (row, seed, factor), evaluating every eval_every steps, until the moving mean of BLEU reaches
     the target (and the run has passed at_step + eval_every) or max_steps."""
     import minitransformer as mt
-    from minitransformer.kit.cli.task_data import task_data
-    from minitransformer.kit.cli.train import _build_trainer
+    from minitransformer.kit.data.task_data import task_data
+    from minitransformer.kit.running.runs import build_trainer
 
     training._one_blas_thread()
     s, row = job["s"], job["row"]
@@ -131,7 +131,7 @@ def run_one(job: dict) -> dict:
         data = task_data(settings)
     valid_batches = data.valid_batches
     data = replace(data, metric_fn=None, valid_batches=[])       # evaluated here, not by the trainer
-    trainer = _build_trainer(settings, data, None)
+    trainer = build_trainer(settings, data, None)
     model = trainer.model
     if "position_std" in ROWS[row][1]:
         scale_positions(model, ROWS[row][1]["position_std"])
