@@ -28,13 +28,14 @@ import numpy
 import safetensors
 import safetensors.numpy
 
-from minitransformer import backend
+from minitransformer import backend, budget
 from minitransformer.checks import positive_int
 from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.kit.running import files
 
 TEMP_SUFFIX, FORMAT_NAME, FORMAT_VERSION = files.TEMP_SUFFIX, checks.FORMAT_NAME, checks.FORMAT_VERSION
-check_config, parameter_count = checks.check_config, checks.parameter_count                # public here too
+check_config = checks.check_config                                                      # public here too
+parameter_count = budget.parameter_count
 SUFFIX = ".safetensors"
 LATEST = "checkpoint" + SUFFIX
 _STEP_FILE = re.compile(r"^checkpoint-(\d+)\.safetensors$")

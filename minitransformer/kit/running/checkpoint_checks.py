@@ -15,6 +15,7 @@ import re
 import numpy
 
 from minitransformer import limits
+from minitransformer.budget import parameter_count
 from minitransformer.kit.running import files
 from minitransformer.limits import CONFIG_CAPS, MAX_COUNT
 
@@ -184,23 +185,6 @@ def check_config(config, where: str):
         raise ValueError(f"{where}: config max_len * d_model = {cfg.max_len * cfg.d_model:,} is beyond the sizes "
                          f"this project supports (at most {limits.MAX_POSITIONS:,} positional-table entries)")
     return cfg
-
-
-def parameter_count(cfg) -> int:
-    """How many numbers ``Transformer(cfg)``'s weights hold, without building it (pinned to ``num_parameters()``)."""
-    d, f, inner = cfg.d_model, cfg.d_ff, cfg.num_heads * (cfg.d_k or cfg.d_model // cfg.num_heads)
-
-    def linear(n_in, n_out):
-        return n_in * n_out + n_out
-    attention = 3 * linear(d, inner) + linear(inner, d)
-    ffn, norm = linear(d, f) + linear(f, d), 2 * d
-    total = cfg.num_encoder_layers * (attention + ffn + 2 * norm)
-    total += cfg.num_decoder_layers * (2 * attention + ffn + 3 * norm)
-    total += 2 * norm if cfg.norm_first else 0                              # each stack's final LayerNorm
-    total += cfg.src_vocab_size * d + (0 if cfg.share_embeddings else cfg.tgt_vocab_size * d)
-    total += 2 * cfg.max_len * d if cfg.positional == "learned" else 0
-    total += 0 if cfg.tie_output else linear(d, cfg.tgt_vocab_size)
-    return total
 
 
 def check_state(path, what: str, state, template) -> None:
