@@ -1,9 +1,9 @@
 """minitransformer: the Transformer of "Attention Is All You Need" in NumPy, every gradient by hand.
 
 Shape letters used in every docstring and comment:
-    B batch, S source length, T target length, D d_model, H heads, Dk head size (D / H),
-    F d_ff, V vocabulary size, N rows of a flattened batch (B*T; in the fast tier, which skips padding,
-    the real tokens' rows), Ns, Nt, Nq, Nk: the same for the source, target, query and key side.
+    B batch, S source length, T target length, D d_model, H heads, Dk head size (D / H), Dv a head's value
+    size (Dk unless set apart), F d_ff, V vocabulary size, N rows of a flattened batch (B*T; in the fast tier,
+    which skips padding, the real tokens' rows), Ns, Nt, Nq, Nk: the same for the source, target, query and key side.
     (The paper's N, the number of layers in each stack, appears as "×N" in model.py.)
 
 The package has three parts, and its folders say which is which:

@@ -66,19 +66,19 @@ def check(owner: str, parts: dict, what: str, budget=None) -> int:
 
 
 def _sizes(config):
-    """(D, H, Dk, inner = H*Dk, F) of a config."""
+    """(D, H, H*Dk, H*Dv, F) of a config: the width of the queries (and keys), of the values."""
     dk = config.d_k or config.d_model // config.num_heads
-    return config.d_model, config.num_heads, dk, config.num_heads * dk, config.d_ff
+    return config.d_model, config.num_heads, config.num_heads * dk, config.num_heads * (config.d_v or dk), config.d_ff
 
 
 def parameter_count(config) -> int:
     """How many numbers the weights of ``Transformer(config)`` hold, computed without building it."""
-    d, _, _, inner, f = _sizes(config)
+    d, _, qk, v, f = _sizes(config)
 
     def linear(n_in, n_out):
         return n_in * n_out + n_out
 
-    attention = 3 * linear(d, inner) + linear(inner, d)
+    attention = 2 * linear(d, qk) + linear(d, v) + linear(v, d)
     ffn, norm = linear(d, f) + linear(f, d), 2 * d
     total = config.num_encoder_layers * (attention + ffn + 2 * norm)
     total += config.num_decoder_layers * (2 * attention + ffn + 3 * norm)
@@ -99,10 +99,11 @@ def model_parts(config, itemsize: int) -> dict:
 def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int | None) -> int:
     """Numbers one layer keeps for rows sequences of tq positions attending to tk_self (and tk_cross) keys: per
     attention the projections, heads and four (rows,H,tq,tk) arrays; (rows,tq,F) twice; (rows,tq,D) ten times."""
-    d, h, _, inner, f = _sizes(config)
-    total = rows * tq * (4 * h * tk_self + 8 * inner + 2 * f + 10 * d)
+    d, h, qk, v, f = _sizes(config)
+    inner = 4 * (qk + v)
+    total = rows * tq * (4 * h * tk_self + inner + 2 * f + 10 * d)
     if tk_cross is not None:
-        total += rows * tq * (4 * h * tk_cross + 8 * inner + 4 * d)
+        total += rows * tq * (4 * h * tk_cross + inner + 4 * d)
     return total
 
 
@@ -111,13 +112,13 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
     """Bytes of encoding batch sources of src_len tokens and decoding out_len tokens for each of beam hypotheses:
     the encoder's activations, the decoder's per step (cached: one position over a key/value cache held twice
     while it grows; naive: the whole prefix again), and the float64 next-token scores."""
-    _, _, _, inner, _ = _sizes(config)
+    _, _, qk, v, _ = _sizes(config)
     rows, vocab = batch * beam, config.tgt_vocab_size
     encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
     if naive:
         decoder = config.num_decoder_layers * _layer_activations(config, rows, out_len, out_len, src_len)
     else:
-        cache = 2 * 2 * rows * inner * (out_len + src_len)                          # keys and values, doubled
+        cache = 2 * rows * (qk + v) * (out_len + src_len)                           # keys and values, doubled
         decoder = config.num_decoder_layers * (cache + _layer_activations(config, rows, 1, out_len, src_len))
     scores = rows * vocab * (8 * 8 + itemsize) + rows * out_len * 8 * 3            # (B*K,V) float64 copies
     return {"the encoder's activations (attention scores of each head)": encoder * itemsize,

@@ -26,7 +26,8 @@ class TransformerConfig:
 
     src_vocab_size, tgt_vocab_size   V of the source and target vocabularies
     d_model, num_heads, d_ff         D, H and F (D even for the sinusoids)
-    d_k                              the size of each head; None: D / H (which must then divide)
+    d_k                              the size of each head's queries and keys; None: D / H (which must then divide)
+    d_v                              the size of each head's values; None: d_k (the paper's d_v = d_k)
     num_encoder_layers, ..._decoder_  N of each stack
     dropout                          P_drop of §5.4, in [0, 1)
     max_len                          the longest source or target sequence (rows of the position table)
@@ -56,6 +57,7 @@ class TransformerConfig:
     norm_first: bool = False
     positional: str = "sinusoidal"
     d_k: int | None = None
+    d_v: int | None = None
 
     def __post_init__(self):
         owner = "TransformerConfig"
@@ -67,6 +69,8 @@ class TransformerConfig:
         elif self.d_model % self.num_heads:
             raise ValueError(f"{owner}: d_model must be divisible by num_heads (or give d_k), "
                              f"got d_model={self.d_model}, num_heads={self.num_heads}")
+        if self.d_v is not None:
+            self.d_v = checks.positive_int(owner, "d_v", self.d_v)
         if self.d_model % 2:
             raise ValueError(f"{owner}: d_model must be even (the positional encoding pairs sin and cos), "
                              f"got {self.d_model}")

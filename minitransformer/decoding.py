@@ -4,8 +4,8 @@ with a key/value cache so that each new token runs the decoder for one position 
 Why a cache. The decoder is causal, so the keys and values of position t never change once computed:
 re-running the whole prefix at every step (``naive=True``) recomputes them all, O(T^2) positions for a
 sentence of T tokens. The incremental decoder keeps, for every decoder layer,
-    self-attention:  the keys and values of the prefix, (B,H,t,Dk), one row appended per step;
-    cross-attention: the encoder memory projected to keys and values ONCE per sentence, (B,H,S,Dk).
+    self-attention:  the keys and values of the prefix, (B,H,t,Dk) and (B,H,t,Dv), one row appended per step;
+    cross-attention: the encoder memory projected to keys and values ONCE per sentence, (B,H,S,Dk), (B,H,S,Dv).
 Both paths do the same arithmetic and emit the same tokens (the tests check it, token for token).
 
 Output convention (both functions): one list of token ids per sentence, without BOS, stopping at EOS,
@@ -36,8 +36,8 @@ EXTRA_LENGTH = 50  # default max_len = source length + 50 (§6.1)
 class KVCache:
     """The keys and values the incremental decoder has computed so far, per decoder layer i.
 
-    self_k[i], self_v[i]   (B,H,t,Dk)  the prefix's self-attention keys/values, one row more per ``decode_step``
-    cross_k[i], cross_v[i] (B,H,S,Dk)  the encoder memory projected by layer i's cross-attention, once
+    self_k[i], self_v[i]   (B,H,t,Dk|Dv)  the prefix's self-attention keys/values, one row more per ``decode_step``
+    cross_k[i], cross_v[i] (B,H,S,Dk|Dv)  the encoder memory projected by layer i's cross-attention, once
     src_mask               (B,1,1,S)   which memory positions are real tokens
     length                 t, the number of target positions decoded so far (the next position's index)
     ``select(rows)`` keeps batch rows in the given order: beam search reorders its beams with it, and
@@ -48,10 +48,10 @@ class KVCache:
         layers = list(model.decoder.layers)
         self.cross_k, self.cross_v = [], []
         for layer in layers:
-            k, v = project_kv(layer.cross_attn, memory)        # (B,H,S,Dk) each, once per sentence
+            k, v = project_kv(layer.cross_attn, memory)        # (B,H,S,Dk), (B,H,S,Dv), once per sentence
             self.cross_k.append(k)
             self.cross_v.append(v)
-        self.self_k = [None] * len(layers)                     # (B,H,t,Dk) once the first step ran
+        self.self_k = [None] * len(layers)                     # (B,H,t,Dk|Dv) once the first step ran
         self.self_v = [None] * len(layers)
         self.src_mask = src_mask
         self.length = 0
@@ -62,21 +62,21 @@ class KVCache:
         for arrays in (self.self_k, self.self_v, self.cross_k, self.cross_v):
             for i, a in enumerate(arrays):
                 if a is not None:
-                    arrays[i] = a[rows]                        # (b,H,...,Dk) gathered copy
+                    arrays[i] = a[rows]                        # (b,H,...,Dk|Dv) gathered copy
         self.src_mask = self.src_mask[rows]                    # (b,1,1,S)
 
 
 def project_kv(attention, x):
     """The keys and values a MultiHeadAttention computes from x, split into heads.
-                                                           Shapes: x (B,T,D) -> k, v (B,H,T,Dk)"""
+                                                           Shapes: x (B,T,D) -> k (B,H,T,Dk), v (B,H,T,Dv)"""
     return attention.split_heads(attention.W_k.forward(x)), attention.split_heads(attention.W_v.forward(x))
 
 
 def attend(attention, query, k, v, mask=None):
     """MultiHeadAttention's forward with keys and values already projected (by ``project_kv``).
-                                     Shapes: query (B,Tq,D), k, v (B,H,Tk,Dk), mask (B|1,1,Tq|1,Tk) -> (B,Tq,D)"""
+                    Shapes: query (B,Tq,D), k (B,H,Tk,Dk), v (B,H,Tk,Dv), mask (B|1,1,Tq|1,Tk) -> (B,Tq,D)"""
     q = attention.split_heads(attention.W_q.forward(query))     # (B,H,Tq,Dk)
-    heads = attention.attention.forward(q, k, v, mask)          # (B,H,Tq,Dk)
+    heads = attention.attention.forward(q, k, v, mask)          # (B,H,Tq,Dv)
     return attention.W_o.forward(attention.merge_heads(heads))  # (B,Tq,D)
 
 
@@ -91,7 +91,7 @@ def decode_step(model, last_ids, cache):
     y = model.tgt_pos.forward(model.tgt_embed.forward(last_ids), offset=cache.length)  # (B,1,D), no dropout in eval
     for i, layer in enumerate(model.decoder.layers):
         def self_attention(h, i=i, attention=layer.self_attn):  # h (B,1,D)
-            k, v = project_kv(attention, h)                     # (B,H,1,Dk)
+            k, v = project_kv(attention, h)                     # (B,H,1,Dk), (B,H,1,Dv)
             cache.self_k[i] = k if cache.self_k[i] is None else xp.concatenate([cache.self_k[i], k], axis=2)
             cache.self_v[i] = v if cache.self_v[i] is None else xp.concatenate([cache.self_v[i], v], axis=2)
             return attend(attention, h, cache.self_k[i], cache.self_v[i])   # (B,1,D)

@@ -36,9 +36,9 @@ class EncoderLayer(Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, norm_first: bool = False,
-                 d_k: int | None = None):
+                 d_k: int | None = None, d_v: int | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, d_k)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, d_k, d_v)
         self.sublayer_attn = SublayerConnection(d_model, dropout, norm_first)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout)
         self.sublayer_ffn = SublayerConnection(d_model, dropout, norm_first)
@@ -68,11 +68,11 @@ class DecoderLayer(Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, norm_first: bool = False,
-                 d_k: int | None = None):
+                 d_k: int | None = None, d_v: int | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, d_k)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, d_k, d_v)
         self.sublayer_self = SublayerConnection(d_model, dropout, norm_first)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout, d_k)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout, d_k, d_v)
         self.sublayer_cross = SublayerConnection(d_model, dropout, norm_first)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout)
         self.sublayer_ffn = SublayerConnection(d_model, dropout, norm_first)
@@ -104,9 +104,9 @@ class Encoder(Module):
                                                             Shapes: x (B,S,D), mask (B,1,1,S) -> (B,S,D)"""
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False, d_k: int | None = None):
+                 norm_first: bool = False, d_k: int | None = None, d_v: int | None = None):
         super().__init__()
-        self.layers = ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, d_k)
+        self.layers = ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, d_k, d_v)
                                  for _ in range(num_layers))
         self.norm = LayerNorm(d_model) if norm_first else None
 
@@ -131,9 +131,9 @@ class Decoder(Module):
     backward(dout) -> (dy, dmemory), dmemory the sum over layers of each cross-attention's dkey + dvalue."""
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False, d_k: int | None = None):
+                 norm_first: bool = False, d_k: int | None = None, d_v: int | None = None):
         super().__init__()
-        self.layers = ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, d_k)
+        self.layers = ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, d_k, d_v)
                                  for _ in range(num_layers))
         self.norm = LayerNorm(d_model) if norm_first else None
 
@@ -214,7 +214,7 @@ class Transformer(Module):
             self.tgt_pos = LearnedPositionalEmbedding(c.max_len, c.d_model)
         self.src_dropout = Dropout(c.dropout)
         self.tgt_dropout = Dropout(c.dropout)
-        sizes = (c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first, c.d_k)
+        sizes = (c.d_model, c.num_heads, c.d_ff, c.dropout, c.norm_first, c.d_k, c.d_v)
         self.encoder = Encoder(c.num_encoder_layers, *sizes)
         self.decoder = Decoder(c.num_decoder_layers, *sizes)
         self.projection = TiedProjection(self.tgt_embed.weight) if c.tie_output else Linear(c.d_model, c.tgt_vocab_size)

@@ -249,15 +249,15 @@ class MultiHeadAttention(core.MultiHeadAttention):
 
     def forward(self, query, key, value, mask=None, packing=(None, None)):
         q_rows, k_rows = packing
-        inner = self.num_heads * self.d_k
+        inner = self.num_heads * self.d_k                      # H*Dk: the width of Q and of K
         if query is key and key is value:
             linears = (self.W_q, self.W_k, self.W_v)
-            qkv = unpack(q_rows, stacked_linear(query, linears))                  # (B,Tq,3 H*Dk)
+            qkv = unpack(q_rows, stacked_linear(query, linears))                  # (B,Tq,2 H*Dk + H*Dv)
             q, k, v = qkv[..., :inner], qkv[..., inner:2 * inner], qkv[..., 2 * inner:]
         elif key is value:
             linears = (self.W_k, self.W_v)
             q = unpack(q_rows, self.W_q.forward(query))                           # (B,Tq,H*Dk)
-            kv = unpack(k_rows, stacked_linear(key, linears))                     # (B,Tk,2 H*Dk)
+            kv = unpack(k_rows, stacked_linear(key, linears))                     # (B,Tk,H*Dk + H*Dv)
             k, v = kv[..., :inner], kv[..., inner:]
         else:
             linears = None
@@ -272,7 +272,7 @@ class MultiHeadAttention(core.MultiHeadAttention):
     def backward(self, dout):                                  # dout (B,Tq,D) or (Nq,D)
         c = self.saved(dout)
         q_rows, k_rows = c.packing
-        dheads = self.split_heads(unpack(q_rows, self.W_o.backward(dout)))       # (B,H,Tq,Dk)
+        dheads = self.split_heads(unpack(q_rows, self.W_o.backward(dout)))       # (B,H,Tq,Dv)
         dq, dk, dv = self.attention.backward(dheads)
         if c.stacked is None:
             return (self.W_q.backward(pack(q_rows, self.merge_heads(dq))),
@@ -285,13 +285,18 @@ class MultiHeadAttention(core.MultiHeadAttention):
         dkey, dvalue = stacked_linear_backward(x, linears, pack(k_rows, self.merge_heads_stacked(dk, dv)))
         return dquery, dkey, dvalue
 
-    def merge_heads_stacked(self, *xs):                        # n x (B,H,T,Dk) -> (B,T,n H*Dk)
-        """[merge_heads(x_1) ... merge_heads(x_n)] side by side, written in one pass (no concatenate)."""
-        B, _, T, _ = xs[0].shape
-        out = backend.xp().empty((B, T, len(xs), self.num_heads, self.d_k), dtype=xs[0].dtype)  # (B,T,n,H,Dk)
-        for i, x in enumerate(xs):
-            out[:, :, i] = x.transpose(0, 2, 1, 3)             # (B,T,H,Dk)
-        return out.reshape(B, T, len(xs) * self.num_heads * self.d_k)
+    def merge_heads_stacked(self, *xs):                        # (B,H,T,d_i) each -> (B,T,sum_i H*d_i)
+        """[merge_heads(x_1) ... merge_heads(x_n)] side by side, written in one pass (no concatenate); the
+        widths d_i may differ (Dk for queries and keys, Dv for values)."""
+        B, H, T, _ = xs[0].shape
+        out = backend.xp().empty((B, T, sum(H * x.shape[-1] for x in xs)), dtype=xs[0].dtype)  # (B,T,sum H*d_i)
+        start = 0
+        for x in xs:
+            d = x.shape[-1]
+            # Splitting the last axis of a column slice is a view, so this writes into out.
+            out[:, :, start:start + H * d].reshape(B, T, H, d)[...] = x.transpose(0, 2, 1, 3)   # (B,T,H,d)
+            start += H * d
+        return out
 
 
 class PositionwiseFeedForward(core.PositionwiseFeedForward):

@@ -108,19 +108,22 @@ class ScaledDotProductAttention(Module):
 
 
 class MultiHeadAttention(Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_o,  head_i = Attention(Q W_q^i, K W_k^i, V W_v^i).
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_o,  head_i = Attention(Q W_q^i, K W_k^i, V W_v^i),
+    W_q^i, W_k^i in R^(D x Dk), W_v^i in R^(D x Dv), W_o in R^(H*Dv x D).
 
     Query, key and value are separate inputs, so one class serves self-attention (all three are x)
     and the decoder's cross-attention (key = value = encoder output).
     Shapes: query (B,Tq,D), key (B,Tk,D), value (B,Tk,D), mask broadcastable to (B,H,Tq,Tk) -> (B,Tq,D)
     backward(dout) -> (dquery, dkey, dvalue); for self-attention the caller adds the three.
     ``.attn`` -> (B,H,Tq,Tk) after forward.
-    d_k, the size of each head, is d_model / num_heads unless given (the paper's Table 3 varies it);
-    the projections then map D to H*Dk and back.
+    d_k, the size of each head's queries and keys, is d_model / num_heads unless given; d_v, the size of its
+    values (and so of its output), is d_k unless given. The paper takes d_k = d_v = D / H; its Table 3 varies
+    d_k alone (row B) and both together (row A).
     Cache: held by the projections and the attention core.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, d_k: int | None = None):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, d_k: int | None = None,
+                 d_v: int | None = None):
         super().__init__()
         self.d_model = checks.positive_int("MultiHeadAttention", "d_model", d_model)
         self.num_heads = checks.positive_int("MultiHeadAttention", "num_heads", num_heads)
@@ -128,12 +131,12 @@ class MultiHeadAttention(Module):
             raise ValueError(f"MultiHeadAttention: d_model must be divisible by num_heads (or give d_k), "
                              f"got d_model={d_model}, num_heads={num_heads}")
         self.d_k = d_model // num_heads if d_k is None else checks.positive_int("MultiHeadAttention", "d_k", d_k)
-        inner = self.num_heads * self.d_k                      # H*Dk, = D by default
-        self.W_q = Linear(d_model, inner)
-        self.W_k = Linear(d_model, inner)
-        self.W_v = Linear(d_model, inner)
+        self.d_v = self.d_k if d_v is None else checks.positive_int("MultiHeadAttention", "d_v", d_v)
+        self.W_q = Linear(d_model, num_heads * self.d_k)       # the H matrices W_q^i side by side   (D, H*Dk)
+        self.W_k = Linear(d_model, num_heads * self.d_k)       # (D, H*Dk)
+        self.W_v = Linear(d_model, num_heads * self.d_v)       # (D, H*Dv)
         self.attention = ScaledDotProductAttention(dropout)
-        self.W_o = Linear(inner, d_model)
+        self.W_o = Linear(num_heads * self.d_v, d_model)       # (H*Dv, D)
 
     @property
     def attn(self):
@@ -150,32 +153,32 @@ class MultiHeadAttention(Module):
         if mask is not None:
             checks.mask("MultiHeadAttention", mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
 
-    def split_heads(self, x):                                  # (B,T,H*Dk) -> (B,H,T,Dk)
-        B, T, _ = x.shape
-        return x.reshape(B, T, self.num_heads, self.d_k).transpose(0, 2, 1, 3)
+    def split_heads(self, x):                                  # (B,T,H*d) -> (B,H,T,d), d = Dk or Dv
+        B, T, width = x.shape
+        return x.reshape(B, T, self.num_heads, width // self.num_heads).transpose(0, 2, 1, 3)
 
-    def merge_heads(self, x):                                  # (B,H,T,Dk) -> (B,T,H*Dk)
-        B, _, T, _ = x.shape
-        return x.transpose(0, 2, 1, 3).reshape(B, T, self.num_heads * self.d_k)
+    def merge_heads(self, x):                                  # (B,H,T,d) -> (B,T,H*d)
+        B, H, T, d = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(B, T, H * d)
 
     def forward(self, query, key, value, mask=None):
-        # 1. Project query, key and value, and split D into H heads of Dk.
+        # 1. Project query, key and value, and split them into H heads.
         q = self.split_heads(self.W_q.forward(query))          # (B,H,Tq,Dk)
         k = self.split_heads(self.W_k.forward(key))            # (B,H,Tk,Dk)
-        v = self.split_heads(self.W_v.forward(value))          # (B,H,Tk,Dk)
+        v = self.split_heads(self.W_v.forward(value))          # (B,H,Tk,Dv)
         # 2. Attend, every head at once.
-        heads = self.attention.forward(q, k, v, mask)          # (B,H,Tq,Dk)
+        heads = self.attention.forward(q, k, v, mask)          # (B,H,Tq,Dv)
         # 3. Concatenate the heads and project.
-        out = self.W_o.forward(self.merge_heads(heads))        # (B,Tq,D)
+        out = self.W_o.forward(self.merge_heads(heads))        # (B,Tq,H*Dv) -> (B,Tq,D)
         self.save_for_backward(out)
         return out
 
     def backward(self, dout):                                  # dout (B,Tq,D); the three steps in reverse
         self.saved(dout)
         # 3. Back through W_o; splitting the heads undoes their concatenation.
-        dheads = self.split_heads(self.W_o.backward(dout))     # (B,H,Tq,Dk)
+        dheads = self.split_heads(self.W_o.backward(dout))     # (B,H,Tq,Dv)
         # 2. Back through attention.
-        dq, dk, dv = self.attention.backward(dheads)           # (B,H,Tq,Dk), (B,H,Tk,Dk), (B,H,Tk,Dk)
+        dq, dk, dv = self.attention.backward(dheads)           # (B,H,Tq,Dk), (B,H,Tk,Dk), (B,H,Tk,Dv)
         # 1. Merge the heads back and go through the projections.
         dquery = self.W_q.backward(self.merge_heads(dq))       # (B,Tq,D)
         dkey = self.W_k.backward(self.merge_heads(dk))         # (B,Tk,D)
@@ -183,4 +186,5 @@ class MultiHeadAttention(Module):
         return dquery, dkey, dvalue
 
     def extra_repr(self):
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}"
+        d_v = f", d_v={self.d_v}" if self.d_v != self.d_k else ""
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}{d_v}"
