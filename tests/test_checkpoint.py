@@ -93,10 +93,12 @@ def test_round_trip_gives_identical_logits_and_state(saved):
 
 
 @pytest.mark.parametrize("switches", [{"positional": "learned"}, {"d_k": 3}, {"norm_first": True},
-                                      {"positional": "learned", "d_k": 5, "norm_first": True}])
+                                      {"positional": "learned", "d_k": 5, "norm_first": True},
+                                      {"d_k": 3, "d_v": 5}, {"d_v": 1}])
 def test_round_trip_of_the_table3_switches(tmp_path, switches):
-    """Learned positions (a trained table per side), a head size apart from d_model / h, pre-LN: the checkpoint
-    holds the config and every weight, and the model rebuilt from it computes the same logits."""
+    """Learned positions (a trained table per side), a head size apart from d_model / h, a value size apart from
+    the key size, pre-LN: the checkpoint holds the config and every weight, and the model rebuilt from it computes
+    the same logits."""
     mt.manual_seed(3)
     config = TransformerConfig(11, 13, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                                d_ff=12, dropout=0.0, max_len=16, **switches)
@@ -113,6 +115,40 @@ def test_round_trip_of_the_table3_switches(tmp_path, switches):
     model.eval()
     other.eval()
     np.testing.assert_array_equal(other(src, tgt_in), model(src, tgt_in))
+
+
+def test_a_checkpoint_written_before_d_v_existed_loads_with_values_as_wide_as_the_keys(tmp_path):
+    """A config without the d_v key (files written before it existed) reads as d_v = d_k: the reader accepts
+    the weights, and the model rebuilt from it has the same parameters and computes the same logits."""
+    mt.manual_seed(3)
+    config = TransformerConfig(11, 13, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                               d_ff=12, dropout=0.0, max_len=16, d_k=3)
+    model, src, tgt_in = Transformer(config), np.array([[4, 5, 6], [7, 8, 0]]), np.array([[1, 4, 5], [1, 9, 0]])
+    old = config.to_dict()
+    del old["d_v"]
+    path = str(tmp_path / "old.safetensors")
+    ck.save_checkpoint(path, weights=model.state_dict(), config=old)
+    loaded = ck.load_checkpoint(path)
+    assert "d_v" not in loaded.config
+    rebuilt = TransformerConfig.from_dict(loaded.config)
+    assert rebuilt.d_v is None and rebuilt == config
+    other = Transformer(rebuilt)
+    assert other.encoder.layers[0].self_attn.W_v.W.shape == (8, 2 * 3)     # H*Dk
+    other.load_state_dict(loaded.weights)
+    model.eval()
+    other.eval()
+    np.testing.assert_array_equal(other(src, tgt_in), model(src, tgt_in))
+
+
+def test_a_config_whose_d_v_needs_more_weights_than_given_is_refused(tmp_path):
+    """The checks compare the config's parameter count, d_v included, with the weights: values wider than the
+    keys need more than a d_v = d_k model holds (the writer runs the reader's checks, so nothing is written)."""
+    config = TransformerConfig(11, 13, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                               d_ff=12, dropout=0.0, max_len=16, d_k=3)
+    path = tmp_path / "wider.safetensors"
+    with pytest.raises(ValueError, match=r"its config describes 1,\d{3} weights but the file holds 1,\d{3}"):
+        ck.save_checkpoint(str(path), weights=Transformer(config).state_dict(), config={**config.to_dict(), "d_v": 5})
+    assert not path.exists()
 
 
 def test_nested_state_keeps_types(tmp_path):

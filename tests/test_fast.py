@@ -116,11 +116,12 @@ def assert_same_grads(core, fast, tol=REL_TOL):
 
 # ===================================================================== the model: fast.Transformer vs core
 
-def model_config(tie_output=True, share_embeddings=False, norm_first=False, positional="sinusoidal", d_k=None):
+def model_config(tie_output=True, share_embeddings=False, norm_first=False, positional="sinusoidal", d_k=None,
+                 d_v=None):
     return mt.TransformerConfig(13, 13 if share_embeddings else 11, d_model=10, num_heads=2, num_encoder_layers=2,
                                 num_decoder_layers=2, d_ff=7, dropout=0.0, max_len=12, tie_output=tie_output,
                                 share_embeddings=share_embeddings, norm_first=norm_first, positional=positional,
-                                d_k=d_k)
+                                d_k=d_k, d_v=d_v)
 
 
 def model_pair(cfg):
@@ -144,11 +145,13 @@ TYING = [(True, False), (False, False), (True, True), (False, True)]   # (tie_ou
 
 @pytest.mark.parametrize("tie_output, share_embeddings", TYING)
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("positional, d_k", [("sinusoidal", None), ("learned", 3)])
-def test_fast_transformer_equals_the_core(float64, rng, tie_output, share_embeddings, norm_first, positional, d_k):
+@pytest.mark.parametrize("positional, d_k, d_v", [("sinusoidal", None, None), ("learned", 3, None),
+                                                  ("sinusoidal", 3, 7)])
+def test_fast_transformer_equals_the_core(float64, rng, tie_output, share_embeddings, norm_first, positional, d_k,
+                                          d_v):
     """Same weights, a batch padded in source and target: the logits at every real target position, the
     label-smoothed loss, and the gradient of every parameter (each through its own tier's loss)."""
-    cfg = model_config(tie_output, share_embeddings, norm_first, positional, d_k)
+    cfg = model_config(tie_output, share_embeddings, norm_first, positional, d_k, d_v)
     core, fast = model_pair(cfg)
     assert list(fast.state_dict()) == list(core.state_dict())
     src, tgt_in, tgt_out = model_batch(rng, vocab=11)
@@ -408,9 +411,9 @@ def case_sdpa(rng, scale):
             "dout": normal(rng, (B, 2, TQ, 6))}
 
 
-def case_mha(rng, kind, packed, d_k):
+def case_mha(rng, kind, packed, d_k, d_v=None):
     q_ids, k_ids, (query, key, value), mask = attention_inputs(rng, kind)
-    core = perturb(L.MultiHeadAttention(D, H, d_k=d_k))
+    core = perturb(L.MultiHeadAttention(D, H, d_k=d_k, d_v=d_v))
     dout = normal(rng, (B, TQ, D))
     if packed == "none":
         fast_query = query.copy()
@@ -493,9 +496,10 @@ PIECES = {   # case id -> (core class, builder)
     "TiedProjection": (M.TiedProjection, case_tied),
     "Dropout-p0": (L.Dropout, lambda rng: case_dropout(rng, "p=0")),
     "Dropout-eval": (L.Dropout, lambda rng: case_dropout(rng, "eval")),
-    **{f"MHA-{kind}-{packed}-dk{d_k}": (L.MultiHeadAttention,
-                                        lambda rng, k=kind, p=packed, d=d_k: case_mha(rng, k, p, d))
-       for kind in ("self", "cross", "separate") for packed in ("none", "both") for d_k in (None, 5)},
+    **{f"MHA-{kind}-{packed}-dk{d_k}" + (f"-dv{d_v}" if d_v else ""): (
+        L.MultiHeadAttention, lambda rng, k=kind, p=packed, dk=d_k, dv=d_v: case_mha(rng, k, p, dk, dv))
+       for kind in ("self", "cross", "separate") for packed in ("none", "both")
+       for d_k, d_v in ((None, None), (5, None), (5, 2))},
     "MHA-cross-query-packed": (L.MultiHeadAttention, lambda rng: case_mha(rng, "cross", "query", None)),
     **{f"{which}-{'packed' if packed else 'grid'}-{'preLN' if nf else 'postLN'}": (
         getattr(M, which), lambda rng, w=which, p=packed, n=nf: case_stack(rng, w, p, n))
@@ -761,13 +765,14 @@ def test_packing_rejects_a_pad_id_that_is_not_an_int(pad_id):
         Packing(np.zeros((2, 3), dtype=int), pad_id)
 
 
+@pytest.mark.parametrize("d_v", [None, 3])
 @pytest.mark.parametrize("kind", ["self", "cross"])
-def test_attention_on_packed_rows_gradcheck(float64, rng, kind):
+def test_attention_on_packed_rows_gradcheck(float64, rng, kind, d_v):
     q_ids, k_ids, (query, key, _value), mask = attention_inputs(rng, kind)
     q_rows = Packing(q_ids, PAD)
     k_rows = q_rows if kind == "self" else Packing(k_ids, PAD)
     packed_query, packed_key = q_rows.pack(query), k_rows.pack(key)
-    mha = perturb(fast_twin(L.MultiHeadAttention(D, H, d_k=4)))
+    mha = perturb(fast_twin(L.MultiHeadAttention(D, H, d_k=4, d_v=d_v)))
     report = mt.gradcheck.check(mha, packed_query, packed_key, packed_key.copy(), mask, (q_rows, k_rows),
                                 max_entries=20)
     report.assert_ok(1e-6)

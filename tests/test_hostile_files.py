@@ -247,6 +247,7 @@ def test_a_header_length_beyond_the_cap_or_the_file_is_refused_unread(run, tmp_p
     ("max_len", 10 ** 12, "max_len = 1000000000000 is beyond"),
     ("d_model", 2 ** 20, "d_model = 1048576 is beyond"),
     ("num_encoder_layers", 10 ** 6, "num_encoder_layers = 1000000 is beyond"),
+    ("d_v", 10 ** 6, "d_v = 1000000 is beyond"),
     # within every cap, yet a model far larger than the file: refused before it is built
     ("src_vocab_size", 999_999, "describes .* weights but the file holds"),
 ])
@@ -594,12 +595,12 @@ def test_a_refused_resume_changes_nothing(api_checkpoint, tmp_path, crafted):
     assert_unchanged(before, snapshot(trainer))
 
 
-def test_a_run_saved_before_d_k_positional_reference_and_workers_existed_still_resumes(run, capsys):
+def test_a_run_saved_before_d_k_d_v_positional_reference_and_workers_existed_still_resumes(run, capsys):
     """The checks refuse crafted files, not older ones: a run saved without the config fields and the setting
     added since (their defaults then) loads, translates and resumes."""
     out, arrays = run
     meta = meta_of(arrays)
-    for key in ("d_k", "positional"):
+    for key in ("d_k", "d_v", "positional"):
         del meta["config"][key]
     del meta["extra"]["settings"]["reference"]
     del meta["extra"]["settings"]["workers"]

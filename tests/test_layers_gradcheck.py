@@ -102,18 +102,19 @@ def test_unscaled_dot_product_attention_local_mask(float64, rng):
     check(L.ScaledDotProductAttention(scale=False), q, k, v, mt.masks.local_mask(T, 1))
 
 
-def test_multi_head_self_attention_causal(x, rng):
+@pytest.mark.parametrize("d_k, d_v", [(None, None), (2, 5)], ids=["d_k_default", "d_k_2_d_v_5"])
+def test_multi_head_self_attention_causal(x, rng, d_k, d_v):
     ids = rng.integers(3, 9, size=(B, T))
     ids[0, 3:] = 0
     mask = mt.masks.padding_mask(ids, 0) & mt.masks.subsequent_mask(T)
-    mha = L.MultiHeadAttention(D, H)
+    mha = L.MultiHeadAttention(D, H, d_k=d_k, d_v=d_v)
     check(mha, x, x.copy(), x.copy(), mask)
 
 
-@pytest.mark.parametrize("d_k", [None, 5], ids=["d_k_default", "d_k_5"])
-def test_multi_head_cross_attention_padding(x, rng, d_k):
+@pytest.mark.parametrize("d_k, d_v", [(None, None), (5, None), (5, 2)], ids=["d_k_default", "d_k_5", "d_k_5_d_v_2"])
+def test_multi_head_cross_attention_padding(x, rng, d_k, d_v):
     memory = rng.standard_normal((B, S, D))               # Tk = S != Tq = T
-    mha = L.MultiHeadAttention(D, H, dropout=0.2, d_k=d_k)   # d_k=5: projections D -> H*Dk = 15 -> D
+    mha = L.MultiHeadAttention(D, H, dropout=0.2, d_k=d_k, d_v=d_v)   # d_k=5: D -> H*Dk = 15; d_v=2: D -> 6 -> D
     check(mha, x, memory, memory.copy(), mt.masks.padding_mask(src_ids(rng), 0))
 
 

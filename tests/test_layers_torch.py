@@ -98,3 +98,44 @@ def test_multi_head_attention_matches_torch(float64, rng, kind):
     np.testing.assert_allclose(bias, ref.in_proj_bias.grad.numpy(), atol=TOL, rtol=0)
     np.testing.assert_allclose(mha.W_o.W.grad.T, ref.out_proj.weight.grad.numpy(), atol=TOL, rtol=0)
     np.testing.assert_allclose(mha.W_o.b.grad, ref.out_proj.bias.grad.numpy(), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["self_causal", "cross_padding"])
+def test_multi_head_attention_with_d_v_apart_matches_torch(float64, rng, kind):
+    """d_v != d_k, which torch.nn.MultiheadAttention cannot express (its heads are embed_dim / num_heads wide for
+    queries, keys and values alike): the oracle is the paper's MultiHead written with torch tensors, autograd
+    and torch's scaled_dot_product_attention, which takes values of another width than the keys."""
+    B, Tq, Tk, D, H, d_k, d_v = 3, 5, 7, 12, 3, 2, 5
+    mha = L.MultiHeadAttention(D, H, d_k=d_k, d_v=d_v)
+    for p in mha.parameters():                           # non-zero biases, so their gradients are tested too
+        p.data[...] = rng.standard_normal(p.data.shape) * 0.3
+    ids = rng.integers(3, 9, size=(B, Tk))
+    ids[0, 4:] = 0
+    ids[2, 6:] = 0
+    if kind == "self_causal":
+        x = rng.standard_normal((B, Tq, D))
+        q, k, v = x, x, x
+        mask = mt.masks.padding_mask(ids[:, :Tq], 0) & mt.masks.subsequent_mask(Tq)
+    else:
+        q = rng.standard_normal((B, Tq, D))
+        k = v = rng.standard_normal((B, Tk, D))
+        mask = mt.masks.padding_mask(ids, 0)
+    dout = rng.standard_normal((B, Tq, D))
+    weights = {name: t(p.data) for name, p in mha.named_parameters()}
+    qt, kt, vt = t(q), t(k), t(v)
+
+    def heads(x, name, width):                           # (B,T,D) -> (B,H,T,width)
+        y = x @ weights[f"{name}.W"] + weights[f"{name}.b"]
+        return y.reshape(x.shape[0], x.shape[1], H, width).transpose(1, 2)
+
+    o = torch.nn.functional.scaled_dot_product_attention(heads(qt, "W_q", d_k), heads(kt, "W_k", d_k),
+                                                         heads(vt, "W_v", d_v), attn_mask=torch.tensor(mask))
+    yt = o.transpose(1, 2).reshape(B, Tq, H * d_v) @ weights["W_o.W"] + weights["W_o.b"]
+    (yt * t(dout, False)).sum().backward()
+    y = mha(q, k, v, mask)
+    dq, dk, dv = mha.backward(dout)
+    np.testing.assert_allclose(y, yt.detach().numpy(), atol=TOL, rtol=0)
+    for ours, theirs in ((dq, qt), (dk, kt), (dv, vt)):   # qt, kt, vt are separate leaves
+        np.testing.assert_allclose(ours, theirs.grad.numpy(), atol=TOL, rtol=0)
+    for name, p in mha.named_parameters():
+        np.testing.assert_allclose(p.grad, weights[name].grad.numpy(), atol=TOL, rtol=0, err_msg=name)

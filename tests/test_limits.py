@@ -183,7 +183,8 @@ def test_the_budget_raised_through_the_environment_lets_the_work_through(monkeyp
 @pytest.mark.parametrize("changes", [{}, {"share_embeddings": True}, {"tie_output": True},
                                      {"norm_first": True, "positional": "learned"}, {"d_k": 3, "num_heads": 5},
                                      {"num_encoder_layers": 3, "num_decoder_layers": 2, "tgt_vocab_size": 17},
-                                     {"positional": "learned"}, {"d_k": 3, "num_heads": 3}])
+                                     {"positional": "learned"}, {"d_k": 3, "num_heads": 3},
+                                     {"d_k": 3, "d_v": 7, "num_heads": 3}, {"d_v": 1}])
 def test_parameter_count_is_that_of_the_model(changes):
     cfg = config(**changes)
     assert budget.parameter_count(cfg) == mt.Transformer(cfg).num_parameters()

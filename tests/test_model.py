@@ -116,11 +116,17 @@ def test_whole_model_gradcheck_pre_ln_untied(float64, rng):
     check_all(model, src, np.minimum(tgt_in, 8), max_entries=6)
 
 
-def test_whole_model_gradcheck_learned_positions_and_head_size(float64, rng):
-    """positional="learned" (a table P per side, each with its gradient) and d_k != d_model / num_heads."""
-    model = Transformer(tiny_config(positional="learned", d_k=5))
+@pytest.mark.parametrize("d_v", [None, 2])
+def test_whole_model_gradcheck_learned_positions_and_head_size(float64, rng, d_v):
+    """positional="learned" (a table P per side, each with its gradient), d_k != d_model / num_heads, and a
+    value size d_v != d_k."""
+    model = Transformer(tiny_config(positional="learned", d_k=5, d_v=d_v))
     randomize(model, rng)
-    assert model.encoder.layers[0].self_attn.W_q.W.shape == (12, 15)   # D -> H*Dk
+    H = model.config.num_heads
+    for attention in (model.encoder.layers[0].self_attn, model.decoder.layers[0].cross_attn):
+        assert attention.W_q.W.shape == attention.W_k.W.shape == (12, H * 5)  # D -> H*Dk
+        assert attention.W_v.W.shape == (12, H * (d_v or 5))                  # D -> H*Dv
+        assert attention.W_o.W.shape == (H * (d_v or 5), 12)                  # H*Dv -> D
     check_all(model, *batch(), max_entries=4)
 
 
