@@ -25,8 +25,9 @@ Confounds handled the same way for every row:
   the sinusoids, so it is run twice: as initialised, and rescaled to std 0.71 (learned, scaled);
 - row (D): P_drop 0.2 (the paper's row) and 0.3 beside each other.
 
-Row (B) shrinks the values with the keys (TransformerConfig has one size per head, d_k = d_v), so the paper's
-keys-only row is not run; its parameter count says how much smaller it is.
+Row (B) is run two ways. The paper's row shrinks the keys alone (d_k 32 and 16, d_v kept at 64): here d_k 8 and
+4 with d_v kept at 16 (rows "d_k=8, d_v=16" and "d_k=4, d_v=16"). Rows "d_k=8" and "d_k=4" shrink the values
+with the keys (d_v = d_k), which also narrows each head's output and W_o; the parameter counts say by how much.
 
 Every row runs its seeds paired with the base's; each comparison has the per-seed differences (row - base), a
 95% Student's t interval and a verdict (experiments/stats.py). Each finished run is stored in DIR/finished/ and
@@ -71,6 +72,8 @@ ROWS = {
     "h=16": ("A", {"num_heads": 16, "d_k": 4}, "h=32, d_k=16", 5.01, 25.4, (1, 1)),
     "d_k=8": ("B", {"d_k": 8}, "d_k=32", 5.01, 25.4, (1, 1)),
     "d_k=4": ("B", {"d_k": 4}, "d_k=16", 5.16, 25.1, (1, 1)),
+    "d_k=8, d_v=16": ("B", {"d_k": 8, "d_v": 16}, "d_k=32, d_v=64", 5.01, 25.4, (1, 1)),
+    "d_k=4, d_v=16": ("B", {"d_k": 4, "d_v": 16}, "d_k=16, d_v=64", 5.16, 25.1, (1, 1)),
     "N=1": ("C", {"num_encoder_layers": 1}, "N=4", 5.19, 25.3, (1, 1)),
     "N=3": ("C", {"num_encoder_layers": 3}, "N=8", 4.88, 25.5, (1, -1)),
     "d_model=32": ("C", {"d_model": 32, "d_k": 8}, "d_model=256, d_k=32", 5.75, 24.5, (1, 1)),
@@ -87,16 +90,17 @@ ROWS = {
                         4.92, 25.7, (0, 0)),
 }
 
-# The rows in the order they are run: the decisive and cheap comparisons first.
+# The rows in the order they are run: the decisive and cheap comparisons first, then the keys-only rows of (B).
 ORDER = ["base", "h=1", "learned", "learned, scaled", "ls=0", "d_model=32", "d_model=128", "N=1", "P_drop=0",
-         "P_drop=0.2", "P_drop=0.3", "h=16", "d_k=4", "N=3", "h=2", "h=8", "d_k=8", "d_ff=64", "d_ff=256", "ls=0.2"]
+         "P_drop=0.2", "P_drop=0.3", "h=16", "d_k=4", "N=3", "h=2", "h=8", "d_k=8", "d_ff=64", "d_ff=256", "ls=0.2",
+         "d_k=4, d_v=16", "d_k=8, d_v=16"]
 
 SETTINGS = {"task": "toy", "max_steps": 1500, "eval_every": 25, "smooth": 3, "target": 90.0, "at_step": 300,
             "valid_sentences": 200, "factors": [0.5, 1.0, 2.0], "tune_seed": 100, "seeds": [0, 1, 2, 3, 4],
             "rows": ORDER, "margins": {"steps": 50.0, "ppl": 0.05}}
 QUICK = {"task": "toy", "max_steps": 8, "eval_every": 2, "smooth": 2, "target": 1.0, "at_step": 4,
          "valid_sentences": 10, "factors": [0.5, 2.0], "tune_seed": 100, "seeds": [0, 1],
-         "rows": ["base", "h=1", "learned, scaled"], "margins": {"steps": 50.0, "ppl": 0.05}}
+         "rows": ["base", "h=1", "learned, scaled", "d_k=4, d_v=16"], "margins": {"steps": 50.0, "ppl": 0.05}}
 
 METRICS = ("steps", "ppl")     # the two measures every comparison reads
 

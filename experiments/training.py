@@ -30,13 +30,13 @@ from minitransformer.kit.running.runs import build_trainer
 from minitransformer.kit.running.settings import task_settings
 from minitransformer.kit.running.train import unpack_batch
 
-MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "d_k", "dropout", "num_encoder_layers", "num_decoder_layers",
+MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "d_k", "d_v", "dropout", "num_encoder_layers", "num_decoder_layers",
                 "positional", "norm_first")
 
 
 def settings_for(task: str, **changes) -> dict:
     """The settings of ``minitransformer train --task TASK`` with ``changes``: a model field (d_model, num_heads,
-    d_k, dropout, positional, ...) changes the model, any other name the run's setting of that name (steps,
+    d_k, d_v, dropout, positional, ...) changes the model, any other name the run's setting of that name (steps,
     seed, label_smoothing, warmup, lr_factor, ...). No progress bar, no plots, no evaluation during training."""
     settings = task_settings(task)
     settings.update(progress=False, plots=False, eval_every=None, save_every=None, target=None)

@@ -100,10 +100,9 @@ def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int |
     """Numbers one layer keeps for rows sequences of tq positions attending to tk_self (and tk_cross) keys: per
     attention the projections, heads and four (rows,H,tq,tk) arrays; (rows,tq,F) twice; (rows,tq,D) ten times."""
     d, h, qk, v, f = _sizes(config)
-    inner = 4 * (qk + v)
-    total = rows * tq * (4 * h * tk_self + inner + 2 * f + 10 * d)
+    total = rows * tq * (4 * h * tk_self + 4 * (qk + v) + 2 * f + 10 * d)
     if tk_cross is not None:
-        total += rows * tq * (4 * h * tk_cross + inner + 4 * d)
+        total += rows * tq * (4 * h * tk_cross + 4 * (qk + v) + 4 * d)
     return total
 
 

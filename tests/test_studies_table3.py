@@ -20,6 +20,7 @@ import training
 from test_experiments import pngs, run_script
 
 from minitransformer.kit.data.task_data import TRANSLATION_MAX_LEN
+from minitransformer.kit.running.settings import check_saved_settings
 
 
 class FixedLogits:
@@ -57,8 +58,10 @@ def test_token_calibration_bins_confidence_against_accuracy():
 
 
 def test_settings_for_changes_the_model_or_the_run_and_refuses_an_unknown_name():
-    s = training.settings_for("toy", d_k=5, positional="learned", label_smoothing=0.2, steps=7)
-    assert s["model"]["d_k"] == 5 and s["model"]["positional"] == "learned"
+    s = training.settings_for("toy", d_k=5, d_v=9, positional="learned", label_smoothing=0.2, steps=7)
+    assert s["model"]["d_k"] == 5 and s["model"]["d_v"] == 9 and s["model"]["positional"] == "learned"
+    # what a saved run holds is what evaluate and resume accept back
+    assert check_saved_settings(s, "toy", "here", complete=True)["model"]["d_v"] == 9
     assert s["label_smoothing"] == 0.2 and s["steps"] == 7 and s["progress"] is False
     with pytest.raises(ValueError, match="unknown setting 'heads'"):
         training.settings_for("toy", heads=2)
@@ -78,6 +81,8 @@ def test_each_row_changes_what_it_names_and_nothing_else(name):
         assert settings["model"].get(key, settings.get(key)) == value
     if table3.ROWS[name][0] == "A":                                  # fixed computation: h * d_k as in the base
         assert changes["num_heads"] * changes["d_k"] == table3.BASE["num_heads"] * table3.BASE["d_k"]
+    if "d_v" in changes:                                             # keys alone: the values keep the base's size
+        assert changes["d_v"] == table3.BASE["d_k"] and changes["d_k"] < table3.BASE["d_k"]
 
 
 def test_the_rate_factor_is_the_runs_own():
@@ -146,6 +151,12 @@ def test_table3_quick_resumes_and_compares(tmp_path):
     assert table["h=1"]["params"] == table["base"]["params"]
     learned = next(n for n in s["rows"] if n.startswith("learned"))
     assert table[learned]["params"] - table["base"]["params"] == 2 * TRANSLATION_MAX_LEN * table3.BASE["d_model"]
+    # keys alone: only W_q and W_k (weights and biases) narrow, in each of the N + 2N attentions; W_v and W_o stay
+    keys_only = next(n for n in s["rows"] if "d_v" in table3.ROWS[n][1])
+    fewer = table3.BASE["d_k"] - table3.ROWS[keys_only][1]["d_k"]
+    attentions = 3 * table3.BASE["num_encoder_layers"]
+    per_attention = 2 * (table3.BASE["d_model"] + 1) * table3.BASE["num_heads"] * fewer
+    assert table["base"]["params"] - table[keys_only]["params"] == attentions * per_attention
     for name, c in res["comparisons"].items():
         assert c["status"] == "complete"
         diffs = c["metrics"]["steps"]["diffs"]

@@ -94,7 +94,7 @@ _CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), 
 _BOOLS = ("progress", "plots", "reference", "norm_first")
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
                "limit", "data_dir")
-MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers")
+MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers", "d_v")
 # Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1), scored
 # on their last model (average 1).
 OPTIONAL_SAVED = {"reference": False, "workers": 1, "average": 1}
