@@ -12,7 +12,8 @@ MAX_COUNT = 10 ** 9
 
 # The sizes a TransformerConfig may have.
 CONFIG_CAPS = {"src_vocab_size": 1_000_000, "tgt_vocab_size": 1_000_000, "d_model": 8192, "num_heads": 1024,
-               "d_k": 8192, "d_v": 8192, "d_ff": 65536, "num_encoder_layers": 128, "num_decoder_layers": 128, "max_len": 8192}
+               "d_k": 8192, "d_v": 8192, "d_ff": 65536, "num_encoder_layers": 128, "num_decoder_layers": 128,
+               "max_len": 8192}
 MAX_POSITIONS = 1 << 24       # max_len * d_model: the sinusoidal table each side builds (not stored in a file)
 
 # Integer settings of a run, (lowest, highest): what the command line parses, a run saves and resume reads back.
