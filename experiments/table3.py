@@ -92,8 +92,8 @@ ROWS = {
 
 # The rows in the order they are run: the decisive and cheap comparisons first, then the keys-only rows of (B).
 ORDER = ["base", "h=1", "learned", "learned, scaled", "ls=0", "d_model=32", "d_model=128", "N=1", "P_drop=0",
-         "P_drop=0.2", "P_drop=0.3", "h=16", "d_k=4", "N=3", "h=2", "h=8", "d_k=8", "d_ff=64", "d_ff=256", "ls=0.2",
-         "d_k=4, d_v=16", "d_k=8, d_v=16"]
+         "P_drop=0.2", "P_drop=0.3", "h=16", "d_k=4", "d_k=4, d_v=16", "N=3", "h=2", "h=8", "d_k=8", "d_k=8, d_v=16",
+         "d_ff=64", "d_ff=256", "ls=0.2"]
 
 SETTINGS = {"task": "toy", "max_steps": 1500, "eval_every": 25, "smooth": 3, "target": 90.0, "at_step": 300,
             "valid_sentences": 200, "factors": [0.5, 1.0, 2.0], "tune_seed": 100, "seeds": [0, 1, 2, 3, 4],
