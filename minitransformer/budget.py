@@ -1,18 +1,11 @@
 """What a piece of work will take in memory, estimated before it starts, and refused past a budget.
 
 A 15 KB checkpoint with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores. Each public
-entry point that builds or runs a model adds up, from the sizes alone, the arrays it holds at its peak, and past
-the budget (limits.MEMORY_BUDGET, or $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) refuses in
-one line naming the biggest of them. The estimates count, to within a small factor (the tests hold them against
-the memory really allocated), the weights and gradients, each layer's kept activations (the (B,H,Tq,Tk) scores
-among them), the decoder's key/value cache and beam search's (B,K,V) float64 scores.
-
-    check_model(config)                          building a model: its weights and their gradients
-    check_decoding(owner, model, B, S, T, ...)   encoding B sources of S tokens, decoding T tokens per beam
-    largest_batch(model, S, T, ...)              the largest B that check_decoding lets through
-    check_training(config, B, S, T)              one training step on a (B,S) -> (B,T) batch
-    check_replicas(owner, model, workers)        DataParallel's replicas, each with gradients of its own
-"""
+entry point that builds or runs a model adds up, from the sizes alone, the arrays it holds at its peak (weights and
+gradients, each layer's kept activations with the (B,H,Tq,Tk) scores, the decoder's key/value cache, beam search's
+float64 scores: within a small factor of what is allocated, the tests hold them to it), and past the budget
+(limits.MEMORY_BUDGET, $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) refuses in one line naming
+the biggest of them."""
 
 from __future__ import annotations
 
@@ -24,7 +17,6 @@ import numpy
 from . import backend, limits
 
 ENV = "MINITRANSFORMER_MEMORY_BUDGET"
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class BudgetError(ValueError):
@@ -43,15 +35,13 @@ def memory_budget(budget=None) -> int:
     match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,6})?)\s*([KMGT]?)(?:i?B)?", text, flags=re.IGNORECASE)
     if not match or float(match[1]) <= 0:
         raise ValueError(f"{ENV} must be a positive size such as 8G, 512M or 4294967296, got {text!r}")
-    return int(float(match[1]) * _UNITS[match[2].upper()])
+    return int(float(match[1]) * 1024 ** " KMGT".index(match[2].upper()))        # "" -> 1, K -> 1024, ...
 
 
 def size(n: int) -> str:
     """Bytes as people read them: 4.0 GiB, 512.0 MiB, 256.0 KiB."""
-    for unit, shift in (("GiB", 30), ("MiB", 20)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n / 1024:.1f} KiB"
+    shift, unit = (30, "GiB") if n >= 1 << 30 else (20, "MiB") if n >= 1 << 20 else (10, "KiB")
+    return f"{n / (1 << shift):.1f} {unit}"
 
 
 def check(owner: str, parts: dict, what: str, budget=None) -> int:
@@ -65,15 +55,14 @@ def check(owner: str, parts: dict, what: str, budget=None) -> int:
     return need
 
 
-def _sizes(config):
-    """(D, H, Dk, inner = H*Dk, F) of a config."""
-    dk = config.d_k or config.d_model // config.num_heads
-    return config.d_model, config.num_heads, dk, config.num_heads * dk, config.d_ff
+def _inner(config) -> int:
+    """H * Dk: the width of the heads side by side."""
+    return config.num_heads * (config.d_k or config.d_model // config.num_heads)
 
 
 def parameter_count(config) -> int:
     """How many numbers the weights of ``Transformer(config)`` hold, computed without building it."""
-    d, _, _, inner, f = _sizes(config)
+    d, f, inner = config.d_model, config.d_ff, _inner(config)
 
     def linear(n_in, n_out):
         return n_in * n_out + n_out
@@ -89,18 +78,11 @@ def parameter_count(config) -> int:
     return total
 
 
-def model_parts(config, itemsize: int) -> dict:
-    """Bytes of a built model: weights, their gradients (allocated with them), two position tables (max_len, D)."""
-    weights = parameter_count(config) * itemsize
-    return {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len *
-            config.d_model * itemsize}
-
-
 def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int | None) -> int:
     """Numbers one layer keeps for rows sequences of tq positions attending to tk_self (and tk_cross) keys: per
     attention the projections, heads and four (rows,H,tq,tk) arrays; (rows,tq,F) twice; (rows,tq,D) ten times."""
-    d, h, _, inner, f = _sizes(config)
-    total = rows * tq * (4 * h * tk_self + 8 * inner + 2 * f + 10 * d)
+    h, d, inner = config.num_heads, config.d_model, _inner(config)
+    total = rows * tq * (4 * h * tk_self + 8 * inner + 2 * config.d_ff + 10 * d)
     if tk_cross is not None:
         total += rows * tq * (4 * h * tk_cross + 8 * inner + 4 * d)
     return total
@@ -111,13 +93,12 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
     """Bytes of encoding batch sources of src_len tokens and decoding out_len tokens for each of beam hypotheses:
     the encoder's activations, the decoder's per step (cached: one position over a key/value cache held twice
     while it grows; naive: the whole prefix again), and the float64 next-token scores."""
-    _, _, _, inner, _ = _sizes(config)
     rows, vocab = batch * beam, config.tgt_vocab_size
     encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
     if naive:
         decoder = config.num_decoder_layers * _layer_activations(config, rows, out_len, out_len, src_len)
     else:
-        cache = 2 * 2 * rows * inner * (out_len + src_len)                          # keys and values, doubled
+        cache = 2 * 2 * rows * _inner(config) * (out_len + src_len)                 # keys and values, doubled
         decoder = config.num_decoder_layers * (cache + _layer_activations(config, rows, 1, out_len, src_len))
     scores = rows * vocab * (8 * 8 + itemsize) + rows * out_len * 8 * 3            # (B*K,V) float64 copies
     return {"the encoder's activations (attention scores of each head)": encoder * itemsize,
@@ -127,18 +108,24 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
 
 def training_parts(config, batch: int, src_len: int, tgt_len: int, itemsize: int) -> dict:
     """Bytes of one training step: activations kept for backward, logits and their gradient, gradients in flight."""
-    d = config.d_model
     encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
     decoder = config.num_decoder_layers * _layer_activations(config, batch, tgt_len, tgt_len, src_len)
     logits = 4 * batch * tgt_len * config.tgt_vocab_size                       # logits, softmax, gradient
-    backward = 4 * batch * max(src_len, tgt_len) * (d + config.num_heads * max(src_len, tgt_len))
+    longest = max(src_len, tgt_len)
     return {"activations kept for backward (attention scores of each head)": (encoder + decoder) * itemsize,
             "logits and their gradient (batch x length x vocabulary)": logits * itemsize,
-            "gradients in flight": backward * itemsize}
+            "gradients in flight": 4 * batch * longest * (config.d_model + config.num_heads * longest) * itemsize}
 
 
 def _itemsize(dtype=None) -> int:
     return numpy.dtype(dtype if dtype is not None else backend.get_default_dtype()).itemsize
+
+
+def model_parts(config, itemsize: int) -> dict:
+    """Bytes of a built model: weights, their gradients (allocated with them), two position tables (max_len, D)."""
+    weights = parameter_count(config) * itemsize
+    return {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len *
+            config.d_model * itemsize}
 
 
 def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> int:
@@ -146,23 +133,26 @@ def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> 
     return check(owner, model_parts(config, _itemsize(dtype)), "building this model", budget)
 
 
+def _decoding(model, src_len, out_len, beam, naive, batch=1) -> tuple:
+    """(bytes of the model's weights and gradients, bytes of decoding batch sources) with model."""
+    itemsize = model.parameters()[0].data.dtype.itemsize
+    return (2 * parameter_count(model.config) * itemsize,
+            decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize))
+
+
 def check_decoding(owner: str, model, batch: int, src_len: int, out_len: int, beam: int = 1, naive: bool = False,
                    budget=None) -> int:
     """Refuse decoding whose memory, the model's weights included, passes the budget, before it starts."""
-    itemsize = _itemsize(model.parameters()[0].data.dtype)
-    parts = {"the model's weights": 2 * parameter_count(model.config) * itemsize,
-             **decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize)}
+    weights, parts = _decoding(model, src_len, out_len, beam, naive, batch)
     what = f"decoding {batch} x {src_len} source tokens into {out_len} tokens" + (f" x beam {beam}" if beam > 1 else "")
-    return check(owner, parts, what, budget)
+    return check(owner, {"the model's weights": weights, **parts}, what, budget)
 
 
 def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:
     """The most sources of src_len tokens ``check_decoding`` lets through at once (0: not one); every part but
     the weights grows in proportion to the batch."""
-    itemsize = _itemsize(model.parameters()[0].data.dtype)
-    weights = 2 * parameter_count(model.config) * itemsize
-    per_source = sum(decoding_parts(model.config, 1, src_len, out_len, beam, naive, itemsize).values())
-    return max(0, (memory_budget(budget) - weights) // per_source)
+    weights, parts = _decoding(model, src_len, out_len, beam, naive)
+    return max(0, (memory_budget(budget) - weights) // sum(parts.values()))
 
 
 def check_training(config, batch: int, src_len: int, tgt_len: int, workers: int = 1, dtype=None,
