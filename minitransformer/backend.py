@@ -3,8 +3,6 @@ random generators that make a run repeat. Code calls ``xp()`` when it runs, neve
 ``set_backend("cupy")`` works after import. ``host_rng()`` (NumPy) draws initialisation and data order, the same on
 every device; ``device_rng()`` (the active backend's) draws dropout masks where the activations live."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import sys

@@ -1,13 +1,8 @@
-"""What a piece of work will take in memory, estimated before it starts, and refused past a budget.
-
-A 15 KB checkpoint with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores. Each public
-entry point that builds or runs a model adds up, from the sizes alone, the arrays it holds at its peak (weights and
-gradients, each layer's kept activations with the (B,H,Tq,Tk) scores, the decoder's key/value cache, beam search's
-float64 scores: within a small factor of what is allocated, the tests hold them to it), and past the budget
-(limits.MEMORY_BUDGET, $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) refuses in one line naming
-the biggest of them."""
-
-from __future__ import annotations
+"""What a piece of work will take in memory, estimated from the sizes alone before it starts, and refused past a
+budget (limits.MEMORY_BUDGET, $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) in one line naming its
+biggest part: a 15 KB checkpoint with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores.
+The estimates (weights and gradients, each layer's kept activations, the decoder's key/value cache, beam search's
+float64 scores) hold within a small factor of what is allocated; the tests hold them to it."""
 
 import os
 import re

@@ -3,8 +3,6 @@ parser.py holds the options and registers the commands, a module per command run
 typed or gave (an option out of its range in ``minitransformer.limits``, a missing or crafted checkpoint) is one
 line and exit code 2, never a traceback (MINITRANSFORMER_TRACEBACK=1 shows one)."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import sys

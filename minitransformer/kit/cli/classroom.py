@@ -1,7 +1,5 @@
 """``minitransformer classroom make | grade | list | bugs``: assignments made from the core, and their grading."""
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 

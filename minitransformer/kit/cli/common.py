@@ -1,7 +1,5 @@
 """What several commands share: options read into their range, the user's mistakes, loading a trained run."""
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

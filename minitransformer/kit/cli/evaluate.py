@@ -1,8 +1,6 @@
 """``minitransformer evaluate``: a checkpoint's BLEU on a data split (exact match for copy/reverse), printed
 and written as JSON."""
 
-from __future__ import annotations
-
 import os
 
 from minitransformer.kit.data.task_data import bleu_of, load_pairs

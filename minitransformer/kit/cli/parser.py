@@ -2,8 +2,6 @@
 runs (a bad one is a usage error naming the option, exit code 2). ``COMMANDS`` registers each command: its options,
 and ``set_defaults(run=...)`` for what runs it."""
 
-from __future__ import annotations
-
 import argparse
 
 from minitransformer import __version__

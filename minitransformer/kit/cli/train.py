@@ -3,8 +3,6 @@ command line), then data, model, trainer, fit, score, files. A resumed run keeps
 except RESUMABLE_OVERRIDES typed on this command line, which only change when the run stops and what it reports.
 A fresh run never writes over a file already in --out."""
 
-from __future__ import annotations
-
 import os
 import sys
 import time

@@ -3,8 +3,6 @@ standard input arrives. Each is prepared as the training text was (the tokeniser
 model could not read. The limit, 2 x (source tokens) + 10 and at most the paper's source + 50 (§6.1), stops a
 model that did not understand its input from repeating a word for long."""
 
-from __future__ import annotations
-
 import sys
 
 from minitransformer import decoding
