@@ -50,14 +50,15 @@ def check(owner: str, parts: dict, what: str, budget=None) -> int:
     return need
 
 
-def _inner(config) -> int:
-    """H * Dk: the width of the heads side by side."""
-    return config.num_heads * (config.d_k or config.d_model // config.num_heads)
+def _sizes(config):
+    """(D, H, Dk, inner = H*Dk, F) of a config."""
+    dk = config.d_k or config.d_model // config.num_heads
+    return config.d_model, config.num_heads, dk, config.num_heads * dk, config.d_ff
 
 
 def parameter_count(config) -> int:
     """How many numbers the weights of ``Transformer(config)`` hold, computed without building it."""
-    d, f, inner = config.d_model, config.d_ff, _inner(config)
+    d, _, _, inner, f = _sizes(config)
 
     def linear(n_in, n_out):
         return n_in * n_out + n_out
@@ -73,11 +74,18 @@ def parameter_count(config) -> int:
     return total
 
 
+def model_parts(config, itemsize: int) -> dict:
+    """Bytes of a built model: weights, their gradients (allocated with them), two position tables (max_len, D)."""
+    weights = parameter_count(config) * itemsize
+    return {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len *
+            config.d_model * itemsize}
+
+
 def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int | None) -> int:
     """Numbers one layer keeps for rows sequences of tq positions attending to tk_self (and tk_cross) keys: per
     attention the projections, heads and four (rows,H,tq,tk) arrays; (rows,tq,F) twice; (rows,tq,D) ten times."""
-    h, d, inner = config.num_heads, config.d_model, _inner(config)
-    total = rows * tq * (4 * h * tk_self + 8 * inner + 2 * config.d_ff + 10 * d)
+    d, h, _, inner, f = _sizes(config)
+    total = rows * tq * (4 * h * tk_self + 8 * inner + 2 * f + 10 * d)
     if tk_cross is not None:
         total += rows * tq * (4 * h * tk_cross + 8 * inner + 4 * d)
     return total
@@ -88,12 +96,13 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
     """Bytes of encoding batch sources of src_len tokens and decoding out_len tokens for each of beam hypotheses:
     the encoder's activations, the decoder's per step (cached: one position over a key/value cache held twice
     while it grows; naive: the whole prefix again), and the float64 next-token scores."""
+    _, _, _, inner, _ = _sizes(config)
     rows, vocab = batch * beam, config.tgt_vocab_size
     encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
     if naive:
         decoder = config.num_decoder_layers * _layer_activations(config, rows, out_len, out_len, src_len)
     else:
-        cache = 2 * 2 * rows * _inner(config) * (out_len + src_len)                 # keys and values, doubled
+        cache = 2 * 2 * rows * inner * (out_len + src_len)                          # keys and values, doubled
         decoder = config.num_decoder_layers * (cache + _layer_activations(config, rows, 1, out_len, src_len))
     scores = rows * vocab * (8 * 8 + itemsize) + rows * out_len * 8 * 3            # (B*K,V) float64 copies
     return {"the encoder's activations (attention scores of each head)": encoder * itemsize,
@@ -103,24 +112,18 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
 
 def training_parts(config, batch: int, src_len: int, tgt_len: int, itemsize: int) -> dict:
     """Bytes of one training step: activations kept for backward, logits and their gradient, gradients in flight."""
+    d = config.d_model
     encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
     decoder = config.num_decoder_layers * _layer_activations(config, batch, tgt_len, tgt_len, src_len)
     logits = 4 * batch * tgt_len * config.tgt_vocab_size                       # logits, softmax, gradient
-    longest = max(src_len, tgt_len)
+    backward = 4 * batch * max(src_len, tgt_len) * (d + config.num_heads * max(src_len, tgt_len))
     return {"activations kept for backward (attention scores of each head)": (encoder + decoder) * itemsize,
             "logits and their gradient (batch x length x vocabulary)": logits * itemsize,
-            "gradients in flight": 4 * batch * longest * (config.d_model + config.num_heads * longest) * itemsize}
+            "gradients in flight": backward * itemsize}
 
 
 def _itemsize(dtype=None) -> int:
     return numpy.dtype(dtype if dtype is not None else backend.get_default_dtype()).itemsize
-
-
-def model_parts(config, itemsize: int) -> dict:
-    """Bytes of a built model: weights, their gradients (allocated with them), two position tables (max_len, D)."""
-    weights = parameter_count(config) * itemsize
-    return {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len *
-            config.d_model * itemsize}
 
 
 def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> int:
@@ -129,8 +132,9 @@ def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> 
 
 
 def _decoding(model, src_len, out_len, beam, naive, batch=1) -> tuple:
-    """(bytes of the model's weights and gradients, bytes of decoding batch sources) with model."""
-    itemsize = model.parameters()[0].data.dtype.itemsize
+    """(bytes of the model's weights, bytes of each part of decoding batch sources) for check_decoding and
+    largest_batch alike."""
+    itemsize = _itemsize(model.parameters()[0].data.dtype)
     return (2 * parameter_count(model.config) * itemsize,
             decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize))
 
