@@ -1,15 +1,7 @@
-"""The array backend: the namespace that does the arithmetic (NumPy or CuPy), the dtype of new parameters, and
-the random generators that make a run repeat.
-
-Layers never ``import cupy as np``: they call ``xp = backend.xp()`` when they run, so that ``set_backend("cupy")``
-works after import and tests run both backends. Two generators, both seeded by ``manual_seed``:
-- ``host_rng()``   NumPy, on the CPU: initialisation and data order, so a seed gives the same weights everywhere.
-- ``device_rng()`` the active backend's: dropout masks, drawn where the activations live. Inside
-                   ``thread_device_rng(gen)`` a thread draws from gen, so that the threads of one step
-                   (``fast.DataParallel``) draw the same masks whichever runs first.
-"""
-
-from __future__ import annotations
+"""The array backend: the namespace that does the arithmetic (NumPy or CuPy), the dtype of new parameters, and the
+random generators that make a run repeat. Code calls ``xp()`` when it runs, never ``import cupy as np``, so that
+``set_backend("cupy")`` works after import. ``host_rng()`` (NumPy) draws initialisation and data order, the same on
+every device; ``device_rng()`` (the active backend's) draws dropout masks where the activations live."""
 
 import contextlib
 import os
@@ -18,10 +10,6 @@ import threading
 import types
 
 import numpy
-
-_BACKENDS = ("numpy", "cupy")
-_DTYPES = ("float32", "float64")
-
 
 _state = types.SimpleNamespace(     # everything the backend switch holds
     name="numpy", xp=numpy, dtype=numpy.dtype("float32"), seed=None, host_rng=numpy.random.default_rng(),
@@ -58,12 +46,10 @@ def set_backend(name: str | types.ModuleType) -> None:
     Parameters made before the switch stay where they were: build the model after choosing."""
     if isinstance(name, types.ModuleType):
         _state.name, _state.xp = getattr(name, "__backend_name__", name.__name__), name
-    elif name == "numpy":
-        _state.name, _state.xp = "numpy", numpy
-    elif name == "cupy":
-        _state.name, _state.xp = "cupy", _import_cupy()
+    elif name in ("numpy", "cupy"):
+        _state.name, _state.xp = name, numpy if name == "numpy" else _import_cupy()
     else:
-        raise ValueError(f"set_backend: name must be one of {_BACKENDS}, got {name!r}")
+        raise ValueError(f"set_backend: name must be one of ('numpy', 'cupy'), got {name!r}")
     if _state.xp is not numpy and _state.xp.ndarray not in _state.device_types:
         _state.device_types += (_state.xp.ndarray,)         # to_numpy still knows them after a switch back
     _state.device_rng = _new_device_rng(_state.seed)
@@ -81,10 +67,9 @@ def xp() -> types.ModuleType:
 
 def set_default_dtype(dtype) -> None:
     """dtype of newly created parameters and buffers: "float32" (default) or "float64" (for gradient checks)."""
-    dt = numpy.dtype(dtype) if str(dtype) in _DTYPES or dtype in (numpy.float32, numpy.float64) else None
-    if dt is None:
-        raise ValueError(f"set_default_dtype: dtype must be one of {_DTYPES}, got {dtype!r}")
-    _state.dtype = dt
+    if str(dtype) not in ("float32", "float64") and dtype not in (numpy.float32, numpy.float64):
+        raise ValueError(f"set_default_dtype: dtype must be one of ('float32', 'float64'), got {dtype!r}")
+    _state.dtype = numpy.dtype(dtype)
 
 
 def get_default_dtype() -> numpy.dtype:
@@ -143,22 +128,17 @@ def set_rng_state(state: dict) -> None:
         got = f"a dict with keys {sorted(state)}" if isinstance(state, dict) else type(state).__name__
         raise ValueError(f"set_rng_state: state must be a dict as get_rng_state returns, with a 'host' entry, "
                          f"got {got}")
-    seed = state.get("seed")
-    host_rng = _generator_from_state(state["host"], "host")
+    rngs = {}
     # a GPU generator's state cannot be read back: reseeded (reproducible, not bit-exact mid-run)
-    numpy_device = _state.xp is numpy and "device" in state
-    device_rng = _generator_from_state(state["device"], "device") if numpy_device else _new_device_rng(seed)
-    _state.seed, _state.host_rng, _state.device_rng = seed, host_rng, device_rng   # all three, or none
-
-
-def _generator_from_state(bit_generator_state, key: str) -> numpy.random.Generator:
-    rng = numpy.random.default_rng()
-    try:
-        rng.bit_generator.state = bit_generator_state
-    except (TypeError, ValueError, KeyError) as err:
-        raise ValueError(f"set_rng_state: state[{key!r}] is not the {type(rng.bit_generator).__name__} state "
-                         f"that get_rng_state gives ({err})") from err
-    return rng
+    for key in ("host", "device") if _state.xp is numpy and "device" in state else ("host",):
+        rngs[key] = numpy.random.default_rng()
+        try:
+            rngs[key].bit_generator.state = state[key]
+        except (TypeError, ValueError, KeyError) as err:
+            raise ValueError(f"set_rng_state: state[{key!r}] is not the PCG64 state that get_rng_state gives "
+                             f"({err})") from err
+    device_rng = rngs.get("device") or _new_device_rng(state.get("seed"))
+    _state.seed, _state.host_rng, _state.device_rng = state.get("seed"), rngs["host"], device_rng   # all, or none
 
 
 def asarray(x, dtype=None):
@@ -170,14 +150,10 @@ def to_numpy(x) -> numpy.ndarray:
     """The way back to the host: a NumPy array for any backend array (or scalar, list, ...)."""
     if isinstance(x, numpy.ndarray):
         return x
+    cupy = sys.modules.get("cupy")     # imported by someone: its arrays too, besides every backend module chosen
+    device = _state.device_types + ((cupy.ndarray,) if getattr(cupy, "ndarray", None) is not None else ())
     # a device array, known by its type (a dict or a pandas Series has a .get too), copies itself with .get()
-    return x.get() if isinstance(x, _device_array_types()) else numpy.asarray(x)
-
-
-def _device_array_types() -> tuple:
-    """cupy.ndarray once CuPy is imported, and the array type of every backend module given to set_backend."""
-    cupy = sys.modules.get("cupy")
-    return _state.device_types + ((cupy.ndarray,) if getattr(cupy, "ndarray", None) is not None else ())
+    return x.get() if isinstance(x, device) else numpy.asarray(x)
 
 
 def is_array(x) -> bool:

@@ -1,20 +1,8 @@
-"""What a piece of work will take in memory, estimated before it starts, and refused past a budget.
-
-A 15 KB checkpoint with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores. Each public
-entry point that builds or runs a model adds up, from the sizes alone, the arrays it holds at its peak, and past
-the budget (limits.MEMORY_BUDGET, or $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) refuses in
-one line naming the biggest of them. The estimates count, to within a small factor (the tests hold them against
-the memory really allocated), the weights and gradients, each layer's kept activations (the (B,H,Tq,Tk) scores
-among them), the decoder's key/value cache and beam search's (B,K,V) float64 scores.
-
-    check_model(config)                          building a model: its weights and their gradients
-    check_decoding(owner, model, B, S, T, ...)   encoding B sources of S tokens, decoding T tokens per beam
-    largest_batch(model, S, T, ...)              the largest B that check_decoding lets through
-    check_training(config, B, S, T)              one training step on a (B,S) -> (B,T) batch
-    check_replicas(owner, model, workers)        DataParallel's replicas, each with gradients of its own
-"""
-
-from __future__ import annotations
+"""What a piece of work will take in memory, estimated from the sizes alone before it starts, and refused past a
+budget (limits.MEMORY_BUDGET, $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) in one line naming its
+biggest part: a 15 KB checkpoint with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores.
+The estimates (weights and gradients, each layer's kept activations, the decoder's key/value cache, beam search's
+float64 scores) hold within a small factor of what is allocated; the tests hold them to it."""
 
 import os
 import re
@@ -24,7 +12,6 @@ import numpy
 from . import backend, limits
 
 ENV = "MINITRANSFORMER_MEMORY_BUDGET"
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class BudgetError(ValueError):
@@ -43,15 +30,13 @@ def memory_budget(budget=None) -> int:
     match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,6})?)\s*([KMGT]?)(?:i?B)?", text, flags=re.IGNORECASE)
     if not match or float(match[1]) <= 0:
         raise ValueError(f"{ENV} must be a positive size such as 8G, 512M or 4294967296, got {text!r}")
-    return int(float(match[1]) * _UNITS[match[2].upper()])
+    return int(float(match[1]) * 1024 ** " KMGT".index(match[2].upper()))        # "" -> 1, K -> 1024, ...
 
 
 def size(n: int) -> str:
     """Bytes as people read them: 4.0 GiB, 512.0 MiB, 256.0 KiB."""
-    for unit, shift in (("GiB", 30), ("MiB", 20)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n / 1024:.1f} KiB"
+    shift, unit = (30, "GiB") if n >= 1 << 30 else (20, "MiB") if n >= 1 << 20 else (10, "KiB")
+    return f"{n / (1 << shift):.1f} {unit}"
 
 
 def check(owner: str, parts: dict, what: str, budget=None) -> int:
@@ -146,23 +131,27 @@ def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> 
     return check(owner, model_parts(config, _itemsize(dtype)), "building this model", budget)
 
 
+def _decoding(model, src_len, out_len, beam, naive, batch=1) -> tuple:
+    """(bytes of the model's weights, bytes of each part of decoding batch sources) for check_decoding and
+    largest_batch alike."""
+    itemsize = _itemsize(model.parameters()[0].data.dtype)
+    return (2 * parameter_count(model.config) * itemsize,
+            decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize))
+
+
 def check_decoding(owner: str, model, batch: int, src_len: int, out_len: int, beam: int = 1, naive: bool = False,
                    budget=None) -> int:
     """Refuse decoding whose memory, the model's weights included, passes the budget, before it starts."""
-    itemsize = _itemsize(model.parameters()[0].data.dtype)
-    parts = {"the model's weights": 2 * parameter_count(model.config) * itemsize,
-             **decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize)}
+    weights, parts = _decoding(model, src_len, out_len, beam, naive, batch)
     what = f"decoding {batch} x {src_len} source tokens into {out_len} tokens" + (f" x beam {beam}" if beam > 1 else "")
-    return check(owner, parts, what, budget)
+    return check(owner, {"the model's weights": weights, **parts}, what, budget)
 
 
 def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:
     """The most sources of src_len tokens ``check_decoding`` lets through at once (0: not one); every part but
     the weights grows in proportion to the batch."""
-    itemsize = _itemsize(model.parameters()[0].data.dtype)
-    weights = 2 * parameter_count(model.config) * itemsize
-    per_source = sum(decoding_parts(model.config, 1, src_len, out_len, beam, naive, itemsize).values())
-    return max(0, (memory_budget(budget) - weights) // per_source)
+    weights, parts = _decoding(model, src_len, out_len, beam, naive)
+    return max(0, (memory_budget(budget) - weights) // sum(parts.values()))
 
 
 def check_training(config, batch: int, src_len: int, tgt_len: int, workers: int = 1, dtype=None,

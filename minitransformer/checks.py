@@ -2,8 +2,6 @@
 caller, the argument, what was expected and what came, never a NumPy error from deep inside. Constructors,
 ``layer(x)``, ``Transformer.forward`` and the command line use them; the model's layers trust what it checked."""
 
-from __future__ import annotations
-
 import math
 
 import numpy
@@ -43,10 +41,9 @@ def positive_int(owner: str, name: str, value) -> int:
 
 def int_in(owner: str, name: str, value, low: int, high: int) -> int:
     """An int in [low, high] (bounds from ``limits``: a count that would exhaust the machine is refused)."""
-    if low == 1:
-        positive_int(owner, name, value)
-    elif not _is_int(value) or value < low:
-        raise ValueError(f"{owner}: {name} must be an int >= {low:,}, got {value!r}")
+    if not _is_int(value) or value < low:
+        kind = "a positive int" if low == 1 else f"an int >= {low:,}"
+        raise ValueError(f"{owner}: {name} must be {kind}, got {value!r}")
     if value > high:
         raise ValueError(f"{owner}: {name} must be at most {high:,}, got {value!r}")
     return int(value)
@@ -126,8 +123,7 @@ def token_ids(owner: str, name: str, ids, vocab_size: int, ndim: int | None = No
 def weights(owner: str, name: str, value, shape=None):
     """Numbers to store in a Parameter or an optimiser's state: an array (NumPy or device) or nested list of
     real numbers (bool, int or float), all finite, of ``shape`` when given. Returns it as an array."""
-    if value is None or isinstance(value, (str, bytes)) or not hasattr(value, "dtype") and \
-            not isinstance(value, (list, tuple, int, float, numpy.number)):
+    if not hasattr(value, "dtype") and not isinstance(value, (list, tuple, int, float)):     # None, str, dict, ...
         raise TypeError(f"{owner}: {name} must be an array of real numbers, got {type(value).__name__}")
     if not hasattr(value, "dtype"):
         try:

@@ -1,11 +1,7 @@
-"""The one table of limits: what a run, a model, a file and a piece of work may be.
-
-The command line, the API's constructors, the checkpoint writer and reader, resume and evaluate all read their
-bounds here, so whatever ``train`` accepts and saves the others accept too. The bounds sit far beyond any model of
-this project (the paper's big model: d_model 1024, 16 heads, 6+6 layers, d_ff 4096); they refuse a typo or a
-crafted file in one line before any arithmetic or allocation."""
-
-from __future__ import annotations
+"""The one table of limits: what a run, a model, a file and a piece of work may be. The command line, the API's
+constructors, the checkpoint writer and reader, resume and evaluate all read their bounds here, so whatever ``train``
+accepts and saves the others accept too. The bounds sit far beyond any model of this project (the paper's big model:
+d_model 1024, 16 heads, 6+6 layers, d_ff 4096); they refuse a typo or a crafted file before any allocation."""
 
 # A count of steps, epochs, batches or tokens seen.
 MAX_COUNT = 10 ** 9

@@ -2,5 +2,6 @@
 
     data/      tokenizers, batching, datasets (Multi30k, the toy corpus), toy_grammar, tasks (copy, reverse), bleu
     running/   train (Trainer), checkpoint (safetensors files), files (safe reads and atomic writes), viz (plots)
+    classroom/ assignments made from the core, and their grading
     cli/       the ``minitransformer`` command line
 """

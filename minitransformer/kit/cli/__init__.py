@@ -1,11 +1,9 @@
 """The command line, ``minitransformer COMMAND`` (or ``python -m minitransformer COMMAND``); ``--help`` on each.
-parser.py holds every option and registers the commands; a module per command runs it (download's one line sits
-in parser.py; each task's settings: ``kit/running/settings.py``). A mistake in what the user typed or gave (an
-option out of its range in ``minitransformer.limits``, a missing or crafted checkpoint, a run folder whose files
-are symbolic links) is one line and exit code 2, never a traceback (MINITRANSFORMER_TRACEBACK=1 shows one)."""
+parser.py registers the commands and their options, a module per command runs it. A mistake in what the user
+typed or gave (an option out of its range in ``minitransformer.limits``, a missing or crafted checkpoint) is one
+line and exit code 2, never a traceback (MINITRANSFORMER_TRACEBACK=1 shows one)."""
 
-from __future__ import annotations
-
+import contextlib
 import os
 import sys
 
@@ -18,8 +16,8 @@ from .parser import build_parser
 __all__ = ["CLIError", "build_parser", "main"]
 
 # What each kind of error exits with: 2 for what the user gave, 1 for what happened while running.
-_USER_ERRORS = (CLIError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, ValueError,
-                TypeError)
+_USER_ERRORS = (CLIError, FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+                ValueError, TypeError)
 
 
 def main(argv=None) -> int:
@@ -33,15 +31,10 @@ def main(argv=None) -> int:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:                           # `minitransformer ... | head`: the reader left
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):    # and no second error at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
         return 0
-    except NonFiniteError as err:
-        print(f"{prog}: {err}", file=sys.stderr)
-        return 1
-    except (*_USER_ERRORS, MemoryError, OSError) as err:
+    except (*_USER_ERRORS, NonFiniteError, MemoryError, OSError) as err:
         if os.environ.get("MINITRANSFORMER_TRACEBACK"):
             raise
         if isinstance(err, MemoryError):             # files are checked before allocating: a model too big to run

@@ -1,20 +1,42 @@
-"""What several commands share: the user's mistakes, loading a trained run, the files a command will write."""
+"""What several commands share: options read into their range, the user's mistakes, loading a trained run."""
 
-from __future__ import annotations
-
+import argparse
 import os
 import sys
 
-from minitransformer import budget
+from minitransformer import budget, limits
 from minitransformer.kit.data.tokenizers import tokenizer_from_dict
 from minitransformer.kit.running import checkpoint as ckpt
-from minitransformer.kit.running.files import check_writable, parse_json
+from minitransformer.kit.running.files import parse_json
 from minitransformer.kit.running.runs import tier
 from minitransformer.model import TransformerConfig
 
 
 class CLIError(Exception):
     """A mistake in what the user asked for: printed as one line, exit code 2."""
+
+
+def setting_type(name: str):
+    """An argparse ``type`` for the setting ``name``: the text as an int or float inside the setting's range in
+    ``limits``, else an error saying what was expected and what came (argparse prints it, exit code 2)."""
+    convert = float if name in limits.FLOAT_SETTINGS else int
+
+    def parse(text: str):
+        try:
+            value = convert(text) if len(text) <= 40 else None    # no 400-digit number reaches any arithmetic
+        except ValueError:
+            value = None
+        if value is None or not limits.within(name, value):
+            raise argparse.ArgumentTypeError(f"expected {limits.expected(name)}, got {text[:60]!r}")
+        return value
+    parse.setting = name                                  # which limit it reads: tests walk every one
+    return parse
+
+
+def option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
+    """A numeric option whose range is the setting's (by default the one the flag names: --max-tokens, max_tokens)."""
+    setting = setting or flag[2:].replace("-", "_")
+    p.add_argument(flag, type=setting_type(setting), metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
 
 
 def tokenizers_from_checkpoint(ck):
@@ -77,12 +99,3 @@ def load_run(path, average: int | None = None):
             raise CLIError(f"checkpoint {ck.path}: tokenizers.{side} has {tok.vocab_size} tokens but the model's "
                            f"config {side}_vocab_size is {ck.config[f'{side}_vocab_size']}")
     return ck, model, src_tok, tgt_tok, used
-
-
-def check_outputs(folder: str, names) -> None:
-    """Before any work: refuse (ValueError, exit 2) a file this command will write in ``folder`` that is a symbolic
-    link or not a regular file (``files.atomic_write`` refuses them too, but after the training or the scoring)."""
-    for name in names:
-        check_writable(os.path.join(folder, name), name)
-
-

@@ -1,7 +1,5 @@
 """``minitransformer convert``: checkpoints of earlier versions (.npz) rewritten once as safetensors."""
 
-from __future__ import annotations
-
 from minitransformer.kit.running.npz import convert_npz
 
 

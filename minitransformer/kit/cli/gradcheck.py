@@ -1,7 +1,5 @@
 """``minitransformer gradcheck``: the table of every layer's largest relative gradient error, for class."""
 
-from __future__ import annotations
-
 import numpy
 
 from minitransformer import backend, gradcheck

@@ -1,44 +1,20 @@
-"""The options of every command. Each number is parsed into its range in ``minitransformer.limits`` before anything
-runs, so a bad one is a usage error (exit code 2) naming the option, never an overflow later. A command is
-registered in one place, ``COMMANDS`` at the bottom: its options, and ``set_defaults(run=...)`` for what runs it."""
-
-from __future__ import annotations
+"""The options of every command (classroom's and convert's sit in their modules), each number parsed into its range
+in ``minitransformer.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2.
+``COMMANDS`` registers each command: its options, and ``set_defaults(run=...)`` for what runs it."""
 
 import argparse
 
-from minitransformer import __version__, limits
+from minitransformer import __version__
 from minitransformer.kit.data import datasets
 from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
 from .classroom import add_classroom
+from .common import option
 from .convert import add_convert
 from .evaluate import cmd_evaluate
 from .gradcheck import cmd_gradcheck
 from .train import cmd_train
 from .translate import cmd_translate
-
-
-def setting_type(name: str):
-    """An argparse ``type`` for the setting ``name``: the text as an int or float inside the setting's range in
-    ``limits``, else an error saying what was expected and what came (argparse prints it, exit code 2)."""
-    convert = float if name in limits.FLOAT_SETTINGS else int
-
-    def parse(text: str):
-        try:
-            value = convert(text) if len(text) <= 40 else None    # no 400-digit number reaches any arithmetic
-        except ValueError:
-            value = None
-        if value is None or not limits.within(name, value):
-            raise argparse.ArgumentTypeError(f"expected {limits.expected(name)}, got {text[:60]!r}")
-        return value
-    parse.setting = name                                  # which limit it reads: tests walk every one
-    return parse
-
-
-def _option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
-    """A numeric option whose range is the setting's (by default the one the flag names: --max-tokens, max_tokens)."""
-    setting = setting or flag[2:].replace("-", "_")
-    p.add_argument(flag, type=setting_type(setting), metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
 
 
 def _add_train(sub) -> None:
@@ -53,42 +29,42 @@ def _add_train(sub) -> None:
     t.add_argument("--preset", choices=PRESETS, help="model size (replaces the task's model below)")
     t.add_argument("--reference", action="store_true", default=None,
                    help="train the readable core model (mt.Transformer), not the fast tier's, to step through a run")
-    _option(t, "--workers", "threads that each take a part of every batch on a replica of the model: the same loss "
-                            "and gradients, other dropout masks (default 2; 1 with --reference)")
+    option(t, "--workers", "threads that each take a part of every batch on a replica of the model: the same loss "
+                           "and gradients, other dropout masks (default 2; 1 with --reference)")
     t.add_argument("--out", help="output folder (default: runs/<task>)")
-    _option(t, "--seed", "random seed (default 0)")
+    option(t, "--seed", "random seed (default 0)")
     stop = t.add_mutually_exclusive_group()
-    _option(stop, "--steps", "stop after this many optimiser steps")
-    _option(stop, "--epochs", "stop after this many epochs")
-    _option(t, "--max-minutes", "stop after this many minutes")
-    _option(t, "--target", "stop early when the validation metric reaches this, in the unit the run prints: exact "
-                           "match in percent (copy, reverse), BLEU (toy, multi30k)")
-    _option(t, "--batch-size", "sequences per batch (copy, reverse)")
-    _option(t, "--max-tokens", "token budget per batch and side (toy, multi30k)")
-    _option(t, "--lr-factor", "factor of the Noam learning-rate schedule")
-    _option(t, "--warmup", "warmup steps of the Noam schedule")
-    _option(t, "--label-smoothing", "label smoothing epsilon (paper: 0.1)")
-    _option(t, "--clip-norm", "clip the gradient norm to this")
-    _option(t, "--dropout", "dropout rate (replaces the preset's)")
-    _option(t, "--d-model", "model width (replaces the preset's)")
-    _option(t, "--heads", "attention heads (replaces the preset's)", "num_heads")
-    _option(t, "--layers", "encoder and decoder layers each (replaces the preset's)", "num_encoder_layers")
-    _option(t, "--d-ff", "feed-forward width (replaces the preset's)")
-    _option(t, "--d-k", "size of each attention head (default d_model / heads)")
+    option(stop, "--steps", "stop after this many optimiser steps")
+    option(stop, "--epochs", "stop after this many epochs")
+    option(t, "--max-minutes", "stop after this many minutes")
+    option(t, "--target", "stop early when the validation metric reaches this, in the unit the run prints: exact "
+                          "match in percent (copy, reverse), BLEU (toy, multi30k)")
+    option(t, "--batch-size", "sequences per batch (copy, reverse)")
+    option(t, "--max-tokens", "token budget per batch and side (toy, multi30k)")
+    option(t, "--lr-factor", "factor of the Noam learning-rate schedule")
+    option(t, "--warmup", "warmup steps of the Noam schedule")
+    option(t, "--label-smoothing", "label smoothing epsilon (paper: 0.1)")
+    option(t, "--clip-norm", "clip the gradient norm to this")
+    option(t, "--dropout", "dropout rate (replaces the preset's)")
+    option(t, "--d-model", "model width (replaces the preset's)")
+    option(t, "--heads", "attention heads (replaces the preset's)", "num_heads")
+    option(t, "--layers", "encoder and decoder layers each (replaces the preset's)", "num_encoder_layers")
+    option(t, "--d-ff", "feed-forward width (replaces the preset's)")
+    option(t, "--d-k", "size of each attention head (default d_model / heads)")
     t.add_argument("--positional", choices=("sinusoidal", "learned"),
                    help="position information: the paper's sinusoids (default) or a learned table")
     t.add_argument("--norm-first", action="store_const", const=True, default=None,
                    help="pre-LN sublayers, x + Sublayer(LayerNorm(x)), instead of the paper's post-LN")
-    _option(t, "--vocab-size", "BPE vocabulary size (multi30k)")
-    _option(t, "--eval-every", "evaluate every so many steps")
-    _option(t, "--save-every", "save a checkpoint every so many steps")
-    _option(t, "--keep", "step checkpoints kept (default 5)")
-    _option(t, "--average", "score the mean of the weights of the last N step checkpoints (paper §6.1; at most "
-                            "--keep; default 1)")
-    _option(t, "--heldout", "held-out sequences for exact match (copy, reverse; default 1000)")
-    _option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
-    _option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
-                          "200 valid, all test)")
+    option(t, "--vocab-size", "BPE vocabulary size (multi30k)")
+    option(t, "--eval-every", "evaluate every so many steps")
+    option(t, "--save-every", "save a checkpoint every so many steps")
+    option(t, "--keep", "step checkpoints kept (default 5)")
+    option(t, "--average", "score the mean of the weights of the last N step checkpoints (paper §6.1; at most "
+                           "--keep; default 1)")
+    option(t, "--heldout", "held-out sequences for exact match (copy, reverse; default 1000)")
+    option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
+    option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
+                         "200 valid, all test)")
     t.add_argument("--data-dir", help="folder with the Multi30k files (default: where `download` puts them)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip it")
     again = t.add_mutually_exclusive_group()
@@ -105,10 +81,10 @@ def _add_train(sub) -> None:
 
 def _decoding_options(p) -> None:
     p.add_argument("--checkpoint", required=True, help="a run folder or a checkpoint file")
-    _option(p, "--beam-size", "beam size (default 1: greedy)", default=1)
-    _option(p, "--alpha", "length penalty of beam search (default 0.6)", default=0.6)
-    _option(p, "--average", "use the mean of the weights of N saved step checkpoints (paper §6.1): the N ending "
-                            "at --checkpoint's step if it names a step file, else the newest N")
+    option(p, "--beam-size", "beam size (default 1: greedy)", default=1)
+    option(p, "--alpha", "length penalty of beam search (default 0.6)", default=0.6)
+    option(p, "--average", "use the mean of the weights of N saved step checkpoints (paper §6.1): the N ending "
+                           "at --checkpoint's step if it names a step file, else the newest N")
 
 
 def _add_translate(sub) -> None:
@@ -133,7 +109,7 @@ def _add_evaluate(sub) -> None:
                     help="data split (default test; a copy/reverse checkpoint is scored on its held-out sequences)")
     ev.add_argument("--data-dir", help="folder with the Multi30k files (default: the run's)")
     ev.add_argument("--json", dest="json_path", help="write the result here (default: <run>/eval-<split>.json)")
-    _option(ev, "--limit", "evaluate only the first N sentences")
+    option(ev, "--limit", "evaluate only the first N sentences")
     ev.set_defaults(run=cmd_evaluate)
 
 
@@ -142,8 +118,8 @@ def _add_gradcheck(sub) -> None:
                         description="Check every layer's backward against central finite differences in float64 "
                                     "and print the largest relative error of each: the proof, for class, that "
                                     "each hand-written gradient is right. Exit code 1 if one fails.")
-    _option(gc, "--max-entries", "entries checked per tensor, at random (default 30)", default=30)
-    _option(gc, "--seed", "random seed (default 0)", default=0)
+    option(gc, "--max-entries", "entries checked per tensor, at random (default 30)", default=30)
+    option(gc, "--seed", "random seed (default 0)", default=0)
     gc.add_argument("--verbose", action="store_true", help="print every tensor's row, not only each layer's")
     gc.set_defaults(run=cmd_gradcheck)
 

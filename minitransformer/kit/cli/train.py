@@ -1,9 +1,7 @@
 """``minitransformer train`` as a straight line: the settings resolved once (``plan_run``, the one reader of the
-command line), then data, model, trainer, fit, score, files. A resumed run keeps the settings it was started with
-(it computes what the uninterrupted run would have), except RESUMABLE_OVERRIDES typed on this command line, which
-only change when the run stops and what it reports. A fresh run never writes over a file already in --out."""
-
-from __future__ import annotations
+command line), then data, model, trainer, fit, score, files. A resumed run keeps the settings it was started with,
+except RESUMABLE_OVERRIDES typed on this command line, which only change when the run stops and what it reports.
+A fresh run never writes over a file already in --out."""
 
 import os
 import sys
@@ -14,16 +12,16 @@ from minitransformer import backend
 from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.running import runs
-from minitransformer.kit.running.files import write_json
+from minitransformer.kit.running.files import check_writable, write_json
 from minitransformer.kit.running.settings import (
     MODEL_OPTIONS,
     OPTIONAL_SAVED,
     check_saved_settings,
     task_settings,
 )
-from minitransformer.kit.running.train import Trainer, full_config
+from minitransformer.kit.running.train import full_config
 
-from .common import CLIError, check_outputs, tokenizers_from_checkpoint
+from .common import CLIError, tokenizers_from_checkpoint
 
 # What --resume may change: when and how the run stops and reports, never what it computes.
 RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_every", "keep", "average",
@@ -53,7 +51,19 @@ def cmd_train(args) -> int:
     workers = settings["workers"] if backend.get_backend() == "numpy" else 1  # a GPU would run the parts in turn
     threads = runs.choose_blas_threads(data.config, workers)
     trainer = runs.build_trainer(settings, data, out, workers)
-    _start(trainer, run)
+    # Only now that config, data and model are built (a mistake in any leaves the old run whole): continue the
+    # saved run, or, with --overwrite, delete what an earlier run and `evaluate` wrote in --out (those names only).
+    if run.resume_from is not None:
+        trainer.resume(run.resume_from.path)
+        print(f"resumed {out} at step {trainer.step} (epoch {trainer.train_data.epoch}, "
+              f"batch {trainer.train_data.position})")
+    elif run.overwrite:
+        names = [os.path.basename(p) for p in ckpt.checkpoint_files(out)]
+        names += [n for n in ("metrics.json", *PLOT_FILES, *EVAL_FILES) if os.path.lexists(os.path.join(out, n))]
+        for name in names:
+            os.remove(os.path.join(out, name))
+        if names:
+            print(f"--overwrite: removed the earlier run's {', '.join(names)} from {out}", file=sys.stderr)
     c = data.config
     print(f"training {settings['task']}: {trainer.model.num_parameters():,} parameters, d_model={c.d_model}, "
           f"heads={c.num_heads}, layers={c.num_encoder_layers}+{c.num_decoder_layers}, d_ff={c.d_ff} -> {out}")
@@ -82,8 +92,6 @@ def cmd_train(args) -> int:
     return 0
 
 
-# ============================================================================ settings and the run folder
-
 def plan_run(args) -> Run:
     """The run the command line asks for; the only function that reads it."""
     typed = {k: v for k, v in vars(args).items() if v is not None and k not in ("command", "run")}
@@ -95,26 +103,34 @@ def plan_run(args) -> Run:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         raise CLIError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
-    settings = task_settings(task, typed)
+    run = Run(task_settings(task, typed), out, None, overwrite)
     path = ckpt.latest_checkpoint(out) if resume else None
-    run = Run(settings, out, None, overwrite)
     if path is not None:
         if ckpt.step_of_file(path) is not None:
             print(f"--resume: {os.path.join(out, ckpt.LATEST)} does not exist: continuing from the newest "
                   f"step checkpoint, {path}", file=sys.stderr)
         run.resume_from = ckpt.load_checkpoint(path)
-        run.settings = _resumed_settings(settings, typed, run.resume_from)
-    run.settings = check_saved_settings(run.settings, task, "train", complete=True)   # what resume will accept
-    if run.settings["average"] > run.settings["keep"]:
-        raise CLIError(f"--average {run.settings['average']} needs that many step checkpoints kept: --keep must "
-                       f"be at least {run.settings['average']}, got {run.settings['keep']}")
-    if run.resume_from is None and not overwrite:
-        _refuse_an_earlier_run(out, run.settings["plots"])
-    if run.resume_from is None and resume:
+        run.settings = _resumed_settings(run.settings, typed, run.resume_from)
+    elif resume:
         print(f"--resume: no checkpoint in {out} yet: starting from scratch", file=sys.stderr)
+    settings = run.settings = check_saved_settings(run.settings, task, "train", complete=True)  # as resume will
+    if settings["average"] > settings["keep"]:
+        raise CLIError(f"--average {settings['average']} needs that many step checkpoints kept: --keep must "
+                       f"be at least {settings['average']}, got {settings['keep']}")
+    plots = PLOT_FILES if settings["plots"] else ()
     if run.resume_from is not None:                        # before any work: a trap refuses the run, not its end
-        steps = [os.path.basename(p) for p in ckpt.list_checkpoints(out)]
-        check_outputs(out, ["metrics.json", *(PLOT_FILES if run.settings["plots"] else ()), ckpt.LATEST, *steps])
+        for name in ["metrics.json", *plots, ckpt.LATEST, *map(os.path.basename, ckpt.list_checkpoints(out))]:
+            check_writable(os.path.join(out, name), name)
+    elif not overwrite:                                    # a fresh run never writes over a file in --out
+        checkpoints = ckpt.checkpoint_files(out)
+        if checkpoints:
+            raise CLIError(f"{out} already holds the checkpoints of a run ({os.path.basename(checkpoints[-1])} ...): "
+                           f"continue it with --resume, start over with --overwrite, or choose another --out")
+        present = [n for n in ("metrics.json", *plots) if os.path.lexists(os.path.join(out, n))]
+        if present:
+            raise CLIError(f"{out} already holds {', '.join(present)}, which this run would overwrite: start over "
+                           f"with --overwrite (removes {'it' if len(present) == 1 else 'them'}), or choose another "
+                           f"--out")
     return run
 
 
@@ -141,35 +157,7 @@ def _resumed_settings(settings: dict, typed: dict, resume_from) -> dict:
             "data_dir": settings["data_dir"] or saved.get("data_dir")}
 
 
-def _refuse_an_earlier_run(out: str, plots: bool) -> None:
-    """A fresh run (no --overwrite) never writes over a file in --out: refuse, naming it and what to do instead."""
-    checkpoints = ckpt.checkpoint_files(out)
-    if checkpoints:
-        raise CLIError(f"{out} already holds the checkpoints of a run ({os.path.basename(checkpoints[-1])} ...): "
-                       f"continue it with --resume, start over with --overwrite, or choose another --out")
-    present = [n for n in ("metrics.json", *(PLOT_FILES if plots else ())) if os.path.lexists(os.path.join(out, n))]
-    if present:
-        raise CLIError(f"{out} already holds {', '.join(present)}, which this run would overwrite: start over "
-                       f"with --overwrite (removes {'it' if len(present) == 1 else 'them'}), or choose another --out")
-
-
-def _start(trainer: Trainer, run: Run) -> None:
-    """Continue the saved run, or (--overwrite) delete what an earlier run and `evaluate` wrote in --out (those
-    names only), now that the config, data and model are built: a mistake in any of them leaves the old run whole."""
-    if run.resume_from is not None:
-        trainer.resume(run.resume_from.path)
-        print(f"resumed {run.out} at step {trainer.step} (epoch {trainer.train_data.epoch}, "
-              f"batch {trainer.train_data.position})")
-    elif run.overwrite:
-        names = [os.path.basename(p) for p in ckpt.checkpoint_files(run.out)]
-        names += [n for n in ("metrics.json", *PLOT_FILES, *EVAL_FILES) if os.path.lexists(os.path.join(run.out, n))]
-        for name in names:
-            os.remove(os.path.join(run.out, name))
-        if names:
-            print(f"--overwrite: removed the earlier run's {', '.join(names)} from {run.out}", file=sys.stderr)
-
-
-def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tuple) -> list:
+def _write_results(out: str, metrics: dict, trainer, data, example: tuple) -> list:
     """metrics.json and (unless --no-plots) the plots. -> (path, what it holds) of every file of the run."""
     write_json(os.path.join(out, "metrics.json"), metrics, "metrics")
     score = "test BLEU" if "bleu" in metrics else "held-out exact match"
@@ -182,7 +170,8 @@ def _write_results(out: str, metrics: dict, trainer: Trainer, data, example: tup
     written += [(p, "a step checkpoint, for --resume and evaluate --average") for p in ckpt.list_checkpoints(out)]
     if metrics["settings"]["plots"]:
         if trainer.history:
-            runs.plot_loss(trainer, os.path.join(out, "loss.png"), data.metric_name, 100.0 if data.metric_percent else 1.0)
+            scale = 100.0 if data.metric_percent else 1.0
+            runs.plot_loss(trainer, os.path.join(out, "loss.png"), data.metric_name, scale)
             written.append((os.path.join(out, "loss.png"), f"training and validation loss, {data.metric_name}"))
         else:                                              # e.g. a time limit reached before the first step
             print("no training steps: loss.png not written")

@@ -1,10 +1,7 @@
-"""``minitransformer translate``: sentences in, translations out, one line each, each printed as soon as its line
-of standard input arrives. Each is prepared as the training text was (the tokeniser's ``pieces``), and stderr says
-what the model could not read: unknown words, tokens cut beyond max_len, a translation cut by the length limit,
-and once, input that looks like the language the model writes. The limit: 2 x (source tokens) + 10 tokens, at
-most the paper's source + 50 (§6.1); a model that did not understand its input would repeat a word up to it."""
-
-from __future__ import annotations
+"""``minitransformer translate``: sentences in, translations out, one line each, printed as soon as each line of
+standard input arrives. Each is prepared as the training text was (the tokeniser's ``pieces``); stderr says what the
+model could not read. The limit, 2 x (source tokens) + 10 and at most the paper's source + 50 (§6.1), stops a
+model that did not understand its input from repeating a word for long."""
 
 import sys
 
@@ -23,32 +20,28 @@ def output_limit(src_len: int) -> int:
 def cmd_translate(args) -> int:
     _, model, src_tok, tgt_tok, _ = load_run(args.checkpoint, args.average)
     choose_blas_threads(model.config)
-    decode = {"beam_size": args.beam_size, "alpha": args.alpha, "length_limit": output_limit}
-    notes = {"quiet": args.quiet, "hinted": False}
-    if args.sentences:                                     # given at once: translated in batches
-        _translate(model, src_tok, tgt_tok, list(enumerate(args.sentences, 1)), decode, notes)
-    for number, line in enumerate(() if args.sentences else sys.stdin, 1):   # as each line arrives
-        _translate(model, src_tok, tgt_tok, [(number, line.rstrip("\n"))], decode, notes)
-    return 0
+    hinted = []                                            # the target-language hint is given once
 
-
-def _translate(model, src_tok, tgt_tok, lines: list, decode: dict, notes: dict) -> None:
-    """Translate numbered lines and print one line each (an empty line stays empty), flushed."""
-    if src_tok is None:                                    # copy/reverse: no tokeniser, symbol ids
-        encoded = [_symbol_ids(model, line) for _, line in lines]
-    else:
-        encoded = encode_sources(model, src_tok, [line for _, line in lines])
-    todo = [i for i, (_, line) in enumerate(lines) if line.strip()]
-    hyps = dict(zip(todo, translate_ids(model, [encoded[i] for i in todo], **decode)))
-    for i, (number, line) in enumerate(lines):
-        if i not in hyps:
-            print(flush=True)
-        elif src_tok is None:
-            print(" ".join(str(t) for t in hyps[i]), flush=True)
+    def translate(lines: list) -> None:
+        """Translate (number, line) pairs and print one line each (an empty line stays empty), flushed."""
+        if src_tok is None:                                # copy/reverse: no tokeniser, symbol ids
+            encoded = [_symbol_ids(model, line) for _, line in lines]
         else:
-            if not notes["quiet"]:
-                _report(number, line, encoded[i], hyps[i], model.config.max_len, src_tok, tgt_tok, notes)
-            print(tgt_tok.decode(hyps[i]), flush=True)
+            encoded = encode_sources(model, src_tok, [line for _, line in lines])
+        todo = [i for i, (_, line) in enumerate(lines) if line.strip()]
+        hyps = dict(zip(todo, translate_ids(model, [encoded[i] for i in todo], args.beam_size, args.alpha,
+                                            length_limit=output_limit)))
+        for i, (number, line) in enumerate(lines):
+            if src_tok is not None and i in hyps and not args.quiet:
+                _report(number, line, encoded[i], hyps[i], model.config.max_len, src_tok, tgt_tok, hinted)
+            text = "" if i not in hyps else tgt_tok.decode(hyps[i]) if src_tok else " ".join(map(str, hyps[i]))
+            print(text, flush=True)
+
+    if args.sentences:                                     # given at once: translated in batches
+        translate(list(enumerate(args.sentences, 1)))
+    for number, line in enumerate(() if args.sentences else sys.stdin, 1):   # as each line arrives
+        translate([(number, line.rstrip("\n"))])
+    return 0
 
 
 def _symbol_ids(model, line: str) -> list:
@@ -64,15 +57,16 @@ def _symbol_ids(model, line: str) -> list:
     return ids
 
 
-def _report(number: int, line: str, src: list, hyp: list, max_len: int, src_tok, tgt_tok, notes: dict) -> None:
-    """Tell on stderr what the model could not read in this line, and a translation cut by the limit."""
+def _report(number: int, line: str, src: list, hyp: list, max_len: int, src_tok, tgt_tok, hinted: list) -> None:
+    """Tell on stderr what the model could not read in this line: unknown words, input that looks like the language
+    it writes (once: ``hinted``), tokens cut beyond max_len, a translation cut by the length limit."""
     unknown = src_tok.unknown_words(line)
     if unknown:
         print(f"line {number}: not in the model's vocabulary (read as <unk>): {', '.join(unknown)}", file=sys.stderr)
     words = [piece for piece, _ in src_tok.pieces(line) if piece.isalpha()]
     known_to_target = set(words) & set(unknown) - set(tgt_tok.unknown_words(line))
-    if not notes["hinted"] and src_tok is not tgt_tok and sum(w in known_to_target for w in words) > len(words) / 2:
-        notes["hinted"] = True
+    if not hinted and src_tok is not tgt_tok and sum(w in known_to_target for w in words) > len(words) / 2:
+        hinted.append(number)
         print(f"line {number}: most of its words belong to the language this model translates into, not to the one "
               f"it reads: give it text in its source language", file=sys.stderr)
     length = len(src_tok.encode(line))
