@@ -16,7 +16,6 @@ import pytest
 from minitransformer.kit.classroom import CATALOGUE, EXERCISES, TRAIN
 from minitransformer.kit.classroom.grader import PACKAGE, grade, grade_exercise
 from minitransformer.kit.classroom.maker import make
-from minitransformer.kit.classroom.mistakes import method_names, module_of
 from minitransformer.kit.cli import main
 
 
@@ -40,12 +39,12 @@ def by_name(results):
 
 def plant(mistake, package_dir) -> None:
     """Make the mistake in a student's copy (package_dir = DIR/transformer), in the code of its method."""
-    for file, cls_name, method in EXERCISES[mistake.exercise].targets:
+    for file, reference, _, names in EXERCISES[mistake.exercise].methods():
         path = package_dir / file
         lines = path.read_text().splitlines(keepends=True)
-        cls = next(n for n in ast.parse("".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+        cls = next(n for n in ast.parse("".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == reference.__name__)
         for fn in cls.body:
-            if isinstance(fn, ast.FunctionDef) and fn.name in method_names(getattr(module_of(file), cls_name), method):
+            if isinstance(fn, ast.FunctionDef) and fn.name in names:
                 text = "".join(lines[fn.lineno - 1:fn.end_lineno])
                 for old, new in mistake.patches:
                     at = text.rfind(old)                         # in code, not in the hint that may quote it

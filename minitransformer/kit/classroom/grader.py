@@ -3,9 +3,9 @@
 The methods an exercise names go on a subclass of the reference class; the rest of the model stays the reference,
 so one mistake costs one exercise. On each case (cases.py), in float64: the forward against the reference's
 output; the backward, with .grad pre-filled (so "=" for "+=" shows) and a random dout, against the reference's
-every gradient and against central differences; on a failure, every catalogue mutant of the exercise on the same
-inputs, to name the mistake. Each exercise runs in a process of its own with a time limit, so a loop, an exception,
-a NaN or a printout costs that exercise, never the grader. Part 3 ends with the copy task (train_copy.py).
+every gradient and central differences; on a failure, the exercise's catalogue mutants on the same inputs, to name
+the mistake. Each exercise runs in a process of its own with a time limit, so a loop, an exception, a NaN or a
+printout costs that exercise, never the grader.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from minitransformer import backend, gradcheck
 from . import train_copy
 from .cases import cases
 from .exercises import EXERCISES, TRAIN
-from .mistakes import CATALOGUE, build, method_names, module_of
+from .mistakes import CATALOGUE, build
 
 PACKAGE = "transformer"      # DIR/transformer/: the student's copy of the core
 MATCH = 1e-6                 # relative agreement with the reference (a pass) or with a mistake (a diagnosis)
@@ -56,29 +56,26 @@ def one_line(err: BaseException, root: str = "") -> str:
 
 
 def failed(reason: str, forward: str = "FAIL") -> dict:
-    """An exercise's result when it fails for one reason."""
     return {"forward": forward, "backward": "FAIL", "diagnosis": reason, "output": reason}
 
 
 def load(exercise, package_dir: Path) -> dict:
     """{reference class: its subclass carrying the student's methods} for the exercise's targets."""
     subs = {}
-    for file, cls_name, method in exercise.targets:
-        reference_module, path = module_of(file), package_dir / file
-        reference = getattr(reference_module, cls_name)
+    for file, reference, _, names in exercise.methods():
+        path = package_dir / file
         # The student's file runs as a sibling of the reference module: its relative imports reach the reference.
         namespace = {"__name__": f"{PACKAGE}.{file[:-3].replace('/', '.')}", "__file__": str(path),
-                     "__package__": reference_module.__package__}
+                     "__package__": reference.__module__.rpartition(".")[0]}
         try:
             exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
         except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
             raise Failed(f"{file} does not load: {one_line(err, str(package_dir))}") from None
-        mine = namespace.get(cls_name)
-        names = method_names(reference, method)
+        mine = namespace.get(reference.__name__)
         if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
-            raise Failed(f"{file}: class {cls_name} with the methods {', '.join(names)} is missing")
-        names += [n for n, v in vars(mine).items() if callable(v) and not n.startswith("__") and not hasattr(reference, n)]
-        subs[reference] = type(cls_name, (reference,), {n: vars(mine)[n] for n in names})
+            raise Failed(f"{file}: class {reference.__name__} with the methods {', '.join(names)} is missing")
+        helpers = [n for n, v in vars(mine).items() if callable(v) and not n.startswith("__") and not hasattr(reference, n)]
+        subs[reference] = type(reference.__name__, (reference,), {n: vars(mine)[n] for n in names + helpers})
     return subs
 
 
@@ -91,25 +88,25 @@ def swap(module, subs: dict):
     return module
 
 
+def changed_input(names, copies, inputs, stage) -> None:
+    changed = [n for n, x, y in zip(names, copies, inputs) if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y)]
+    if changed:
+        raise Failed(f"{stage} changed the input {changed[0]} in place (the caller still holds it)")
+
+
 def run(module, inputs, subs, trial, root="") -> dict:
     """One forward and one backward of a copy of module with subs swapped in, as trial fixes them (rng states,
     dout, pre-filled .grad). Returns the tensors {name: array}, or {"error": (stage, text)}."""
     m = swap(copy.deepcopy(module), subs)
     names = list(inspect.signature(type(module).forward).parameters)[1:]
     xs = [x.copy() if isinstance(x, numpy.ndarray) else x for x in inputs]
-
-    def unchanged(stage):
-        changed = [n for n, x, y in zip(names, xs, inputs) if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y)]
-        if changed:
-            raise Failed(f"{stage} changed the input {changed[0]} in place (the caller still holds it)")
-
     stage = "forward"
     try:
         backend.set_rng_state(trial["before"])
         out = m(*xs)
         if not isinstance(out, numpy.ndarray) or out.shape != trial["out_shape"]:
             raise Failed(f"forward returned {getattr(out, 'shape', type(out).__name__)}, expected shape {trial['out_shape']}")
-        unchanged(stage)
+        changed_input(names, xs, inputs, stage)
         tensors, stage = {"out": out.copy()}, "backward"
         backend.set_rng_state(trial.setdefault("after", backend.get_rng_state()))
         for name, p in m.named_parameters():
@@ -118,15 +115,15 @@ def run(module, inputs, subs, trial, root="") -> dict:
         grads = m.backward(dout)
         if not numpy.array_equal(dout, trial["dout"]):
             raise Failed("backward changed dout in place (write dout * 2, not dout *= 2: the caller still needs it)")
-        unchanged(stage)
+        changed_input(names, xs, inputs, stage)
         unused = [name or "the module" for name, part in m.named_modules()
                   if part._cache is not None or getattr(getattr(part, "loss_fn", None), "cache", None) is not None]
         if unused:      # the next forward in training would raise: each forward is followed by one backward
             raise Failed(f"backward left the forward's cache of {unused[0]} unused (each backward takes it back once)")
         grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         for i, (name, x) in enumerate(zip(names, inputs)):
+            g = grads[i] if i < len(grads) else None
             if isinstance(x, numpy.ndarray) and x.dtype.kind == "f":
-                g = grads[i] if i < len(grads) else None
                 if not isinstance(g, numpy.ndarray) or g.shape != x.shape:
                     got = g.shape if isinstance(g, numpy.ndarray) else type(g).__name__
                     raise Failed(f"backward returned {got} for d{name}, expected an array of shape {x.shape}")
@@ -172,7 +169,7 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
         subs = load(exercise, package_dir)
     except Failed as err:
         return failed(str(err))
-    has_forward = any(method == "forward" for _, _, method in exercise.targets)
+    forward = "ok" if exercise.targets[0][2] == "forward" else "given"
     backend.set_backend("numpy")           # the grader's checks read host arrays
     backend.set_default_dtype("float64")
     backend.manual_seed(seed)
@@ -186,14 +183,12 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
                      grad={n: rng.standard_normal(p.data.shape) for n, p in module.named_parameters()})
         runs.append((label, module, inputs, trial, run(module, inputs, {}, trial), run(module, inputs, subs, trial, root)))
     for label, module, inputs, trial, reference, mine in runs:
-        stage, reason = mine.get("error", (None, None))
+        stage, reason, table = *mine.get("error", (None, None)), ""
         reason = reason and reason + mine.get("where", "")
-        if stage is None:
-            worst = differs(mine, reference, only=("out",)) or differs(mine, reference)
-            if worst is not None:
-                stage = "forward" if worst[0] == "out" else "backward"
-                reason = f"{worst[0]}{worst[1]}: yours {worst[2]:.6g}, expected {worst[3]:.6g} (relative error {worst[4]:.1e})"
-        table = ""
+        worst = stage is None and (differs(mine, reference, only=("out",)) or differs(mine, reference))
+        if worst:
+            stage = "forward" if worst[0] == "out" else "backward"
+            reason = f"{worst[0]}{worst[1]}: yours {worst[2]:.6g}, expected {worst[3]:.6g} (relative error {worst[4]:.1e})"
         if stage is None:
             backend.set_rng_state(trial["before"])
             report = gradcheck.check(swap(copy.deepcopy(module), subs), *inputs, max_entries=entries, seed=seed)
@@ -206,9 +201,9 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
         named = next((m.says for m in CATALOGUE if m.exercise == exercise.name and m.visible and
                       all(same(r[5], run(r[1], r[2], build(m), r[3])) for r in runs)), None)
         output = [f"case '{label}': {stage} fails: {reason}", named and f"this looks like: {named}", table]
-        return {"forward": "FAIL" if stage == "forward" else "ok" if has_forward else "given",
-                "backward": "FAIL", "diagnosis": named or reason, "output": "\n".join(filter(None, output))}
-    return {"forward": "ok" if has_forward else "given", "backward": "ok", "diagnosis": "",
+        return {"forward": "FAIL" if stage == "forward" else forward, "backward": "FAIL",
+                "diagnosis": named or reason, "output": "\n".join(filter(None, output))}
+    return {"forward": forward, "backward": "ok", "diagnosis": "",
             "output": "every case agrees with the reference and with central differences"}
 
 
@@ -285,30 +280,20 @@ def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> 
         raise FileNotFoundError(f"classroom grade: {directory} holds no assignment (expected {PACKAGE}/ and "
                                 f"assignment.json, as `minitransformer classroom make` writes them)")
     try:
-        names = json.loads(manifest.read_text())["exercises"]
-        exercises = [EXERCISES[n] for n in names]
+        exercises = [EXERCISES[n] for n in json.loads(manifest.read_text())["exercises"]]
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"classroom grade: {manifest} must list known exercises under 'exercises', got {err}") from None
-    if any(e.part == 3 for e in exercises):
-        exercises.append(TRAIN)
+    exercises += [TRAIN] if any(e.part == 3 for e in exercises) else []
     started = time.monotonic()
     results = isolated([e.name for e in exercises], (directory / PACKAGE).resolve(), seed, timeout, workers)
-    tests = []
-    for e in exercises:
-        r = results[e.name]
-        passed = r["backward"] == "ok" and r["forward"] in ("ok", "given", "-")
-        r.update(name=e.name, part=e.part, points=e.points if passed else 0)
-        tests.append({"name": f"part {e.part}: {e.name}", "score": r["points"], "max_score": e.points,
-                      "output": r["output"]})
+    rows = [{**results[e.name], "name": e.name, "part": e.part} for e in exercises]
+    for r, e in zip(rows, exercises):
+        r["points"] = e.points if r["backward"] == "ok" and r["forward"] != "FAIL" else 0
+    tests = [{"name": f"part {e.part}: {e.name}", "score": r["points"], "max_score": e.points, "output": r["output"]}
+             for r, e in zip(rows, exercises)]
     seconds = time.monotonic() - started
-    return {"score": sum(t["score"] for t in tests), "execution_time": round(seconds), "tests": tests,
-            "output": f"graded with seed {seed} in {seconds:.1f} s", "scorecard": scorecard([results[e.name] for e in exercises])}
-
-
-def scorecard(rows: list) -> str:
     head = f"{'exercise':<20} {'part':>4}  {'forward':<7}  {'backward':<8}  {'points':>6}  diagnosis"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['name']:<20} {r['part']:>4}  {r['forward']:<7}  {r['backward']:<8}  {r['points']:>6}  "
-                     f"{r['diagnosis'][:160]}")
-    return "\n".join(lines)
+    table = [head, "-" * len(head), *(f"{r['name']:<20} {r['part']:>4}  {r['forward']:<7}  {r['backward']:<8}  "
+                                      f"{r['points']:>6}  {r['diagnosis'][:160]}" for r in rows)]
+    return {"score": sum(t["score"] for t in tests), "execution_time": round(seconds), "tests": tests,
+            "output": f"graded with seed {seed} in {seconds:.1f} s", "scorecard": "\n".join(table)}
