@@ -1,9 +1,7 @@
-"""The exercises, from one table (exercises.json): which method bodies a student writes, in which part, the hint
-each stub keeps, and the mistakes the grader recognises in each (mistakes.py).
-
-A target's ``backward`` stands for every method of the class whose name holds "backward" (``self_attn_backward``
-too), ``forward`` for the forward alone: ``linear`` is Linear's backward, ``linear.forward`` its forward.
-"""
+"""The exercises, from one table (exercises.json) that also holds each one's mistakes (mistakes.py): the method
+bodies a student writes, in which part, and the hint each stub keeps. A target's ``backward`` stands for every
+method of its class whose name holds "backward" (``self_attn_backward`` too): ``linear`` is Linear's backward,
+``linear.forward`` its forward."""
 
 from __future__ import annotations
 
@@ -25,10 +23,6 @@ class Exercise:
     hint: str               # kept in the stub, with the class docstring (equation, shapes) and the def line
     points: int = 10
 
-    @property
-    def base(self) -> str:  # the name of its inputs in cases.py
-        return self.name.split(".")[0]
-
     def methods(self):
         """(file, reference class, target method, [every method of the class it covers]) per target."""
         for file, cls_name, method in self.targets:
@@ -37,25 +31,25 @@ class Exercise:
                                       if callable(v) and (n == method or method == "backward" and "backward" in n)]
 
 
-def _exercise(row: dict, method: str) -> Exercise:
-    targets = tuple((*t.split(":"), method) for t in row["targets"][:1 if method == "forward" else None])
-    if method == "backward":
-        return Exercise(row["name"], row["part"], targets, row["sentence"], row["hint"])
-    return Exercise(f"{row['name']}.forward", row["part"], targets, f"The forward of {targets[0][1]}, saving in "
-                    "the cache what the backward reads.", "see the class docstring; save_for_backward(out, ...) "
-                    "with the names the backward reads.")
+def _exercises(row: dict) -> list:
+    """The row's forward exercise (on its first class) if it has one, then its backward one."""
+    targets = [t.split(":") for t in row["targets"]]
+    forward = Exercise(f"{row['name']}.forward", row["part"], ((*targets[0], "forward"),),
+                       f"The forward of {targets[0][1]}, saving in the cache what the backward reads.",
+                       "see the class docstring; save_for_backward(out, ...) with the names the backward reads.")
+    backward = Exercise(row["name"], row["part"], tuple((*t, "backward") for t in targets), row["sentence"], row["hint"])
+    return [forward, backward] if row["forward"] else [backward]
 
 
 # Part by part, each forward before its backward: the order a student works in.
-EXERCISES = {e.name: e for row in TABLE["exercises"]
-             for e in ([_exercise(row, "forward")] if row["forward"] else []) + [_exercise(row, "backward")]}
+EXERCISES = {e.name: e for row in TABLE["exercises"] for e in _exercises(row)}
 TRAIN = Exercise("train", 3, (), TABLE["train"], "")
 
 
 def choose(names) -> list:
     """The exercises named (a list or a comma-separated string), in the table's order; all backward ones if None."""
     if names is None:
-        return [e for e in EXERCISES.values() if e.name == e.base]
+        return [e for e in EXERCISES.values() if "." not in e.name]
     wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
     unknown = [n for n in wanted if n not in EXERCISES]
     if unknown or not wanted:

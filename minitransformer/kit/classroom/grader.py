@@ -1,12 +1,9 @@
-"""Grading an assignment: the student's methods, one exercise at a time, against the reference and the catalogue.
+"""Grading an assignment, one exercise at a time, each in a process of its own with a time limit.
 
-The methods an exercise names go on a subclass of the reference class; the rest of the model stays the reference,
-so one mistake costs one exercise. On each case (cases.py), in float64: the forward against the reference's
-output; the backward, with .grad pre-filled (so "=" for "+=" shows) and a random dout, against the reference's
-every gradient and central differences; on a failure, the exercise's catalogue mutants on the same inputs, to name
-the mistake. Each exercise runs in a process of its own with a time limit, so a loop, an exception, a NaN or a
-printout costs that exercise, never the grader.
-"""
+The methods an exercise names go on a subclass of the reference class and the rest of the model stays the
+reference, so one mistake costs one exercise. On each case (cases.py), in float64: the forward against the
+reference; the backward (.grad pre-filled, so "=" for "+=" shows) against the reference and central differences;
+on a failure, the exercise's catalogue mutants on the same inputs, to name the mistake."""
 
 from __future__ import annotations
 
@@ -51,11 +48,7 @@ def describe(err: BaseException, root: str = "") -> tuple:
     return f"{type(err).__name__}: {text.replace(f'{root}/', '') if root else text}"[:300], place
 
 
-def one_line(err: BaseException, root: str = "") -> str:
-    return "".join(describe(err, root))
-
-
-def failed(reason: str, forward: str = "FAIL") -> dict:
+def failed(reason: str, forward: str = "FAIL") -> dict:         # an exercise that fails for one reason
     return {"forward": forward, "backward": "FAIL", "diagnosis": reason, "output": reason}
 
 
@@ -70,12 +63,12 @@ def load(exercise, package_dir: Path) -> dict:
         try:
             exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
         except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
-            raise Failed(f"{file} does not load: {one_line(err, str(package_dir))}") from None
+            raise Failed(f"{file} does not load: {''.join(describe(err, str(package_dir)))}") from None
         mine = namespace.get(reference.__name__)
         if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
             raise Failed(f"{file}: class {reference.__name__} with the methods {', '.join(names)} is missing")
-        helpers = [n for n, v in vars(mine).items() if callable(v) and not n.startswith("__") and not hasattr(reference, n)]
-        subs[reference] = type(reference.__name__, (reference,), {n: vars(mine)[n] for n in names + helpers})
+        own = {n: v for n, v in vars(mine).items() if n in names or callable(v) and not hasattr(reference, n)}
+        subs[reference] = type(reference.__name__, (reference,), own)     # the methods, and helpers of their own
     return subs
 
 
@@ -88,25 +81,26 @@ def swap(module, subs: dict):
     return module
 
 
-def changed_input(names, copies, inputs, stage) -> None:
-    changed = [n for n, x, y in zip(names, copies, inputs) if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y)]
-    if changed:
-        raise Failed(f"{stage} changed the input {changed[0]} in place (the caller still holds it)")
-
-
 def run(module, inputs, subs, trial, root="") -> dict:
     """One forward and one backward of a copy of module with subs swapped in, as trial fixes them (rng states,
     dout, pre-filled .grad). Returns the tensors {name: array}, or {"error": (stage, text)}."""
     m = swap(copy.deepcopy(module), subs)
     names = list(inspect.signature(type(module).forward).parameters)[1:]
     xs = [x.copy() if isinstance(x, numpy.ndarray) else x for x in inputs]
+
+    def unchanged(stage):
+        for name, x, y in zip(names, xs, inputs):
+            if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y):
+                raise Failed(f"{stage} changed the input {name} in place (the caller still holds it)")
+
     stage = "forward"
     try:
         backend.set_rng_state(trial["before"])
         out = m(*xs)
         if not isinstance(out, numpy.ndarray) or out.shape != trial["out_shape"]:
-            raise Failed(f"forward returned {getattr(out, 'shape', type(out).__name__)}, expected shape {trial['out_shape']}")
-        changed_input(names, xs, inputs, stage)
+            got = getattr(out, "shape", type(out).__name__)
+            raise Failed(f"forward returned {got}, expected shape {trial['out_shape']}")
+        unchanged(stage)
         tensors, stage = {"out": out.copy()}, "backward"
         backend.set_rng_state(trial.setdefault("after", backend.get_rng_state()))
         for name, p in m.named_parameters():
@@ -115,17 +109,17 @@ def run(module, inputs, subs, trial, root="") -> dict:
         grads = m.backward(dout)
         if not numpy.array_equal(dout, trial["dout"]):
             raise Failed("backward changed dout in place (write dout * 2, not dout *= 2: the caller still needs it)")
-        changed_input(names, xs, inputs, stage)
+        unchanged(stage)
         unused = [name or "the module" for name, part in m.named_modules()
                   if part._cache is not None or getattr(getattr(part, "loss_fn", None), "cache", None) is not None]
         if unused:      # the next forward in training would raise: each forward is followed by one backward
-            raise Failed(f"backward left the forward's cache of {unused[0]} unused (each backward takes it back once)")
-        grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
-        for i, (name, x) in enumerate(zip(names, inputs)):
-            g = grads[i] if i < len(grads) else None
+            raise Failed(f"backward left the forward's cache of {unused[0]} unused (each backward takes it back "
+                         "once)")
+        grads = [*(grads if isinstance(grads, (tuple, list)) else [grads]), *[None] * len(names)]
+        for name, x, g in zip(names, inputs, grads):
             if isinstance(x, numpy.ndarray) and x.dtype.kind == "f":
                 if not isinstance(g, numpy.ndarray) or g.shape != x.shape:
-                    got = g.shape if isinstance(g, numpy.ndarray) else type(g).__name__
+                    got = getattr(g, "shape", type(g).__name__)
                     raise Failed(f"backward returned {got} for d{name}, expected an array of shape {x.shape}")
                 tensors[f"d{name}"] = g.copy()
         tensors.update((f"{name}.grad", p.grad.copy()) for name, p in m.named_parameters())
@@ -150,7 +144,7 @@ def differs(mine: dict, expected: dict, only=None):
             continue
         a = mine[name]
         diff = numpy.abs(a - b)
-        err = float(diff.max(initial=0.0)) / max(1e-8, float(numpy.abs(a).max(initial=0) + numpy.abs(b).max(initial=0)))
+        err = float(diff.max(initial=0)) / max(1e-8, float(numpy.abs(a).max(initial=0) + numpy.abs(b).max(initial=0)))
         if err >= MATCH and (worst is None or err > worst[4]):
             i = numpy.unravel_index(int(numpy.argmax(diff)), a.shape) if a.shape else ()
             worst = (name, [int(j) for j in i], float(a[i]), float(b[i]), err)
@@ -175,26 +169,28 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
     backend.manual_seed(seed)
     rng = numpy.random.default_rng([seed, 1])
     runs = []                      # (label, module, inputs, trial, the reference's tensors, the student's)
-    for label, module, inputs in cases(importlib.import_module("minitransformer"), exercise.base, rng):
+    for label, module, inputs in cases(importlib.import_module("minitransformer"), exercise.name, rng):
         trial = {"before": backend.get_rng_state()}
         trial["out_shape"] = module.forward(*inputs).shape
         module.clear_caches()
         trial.update(dout=rng.standard_normal(trial["out_shape"]),
                      grad={n: rng.standard_normal(p.data.shape) for n, p in module.named_parameters()})
-        runs.append((label, module, inputs, trial, run(module, inputs, {}, trial), run(module, inputs, subs, trial, root)))
+        runs.append((label, module, inputs, trial, run(module, inputs, {}, trial),
+                     run(module, inputs, subs, trial, root)))
     for label, module, inputs, trial, reference, mine in runs:
         stage, reason, table = *mine.get("error", (None, None)), ""
         reason = reason and reason + mine.get("where", "")
         worst = stage is None and (differs(mine, reference, only=("out",)) or differs(mine, reference))
         if worst:
             stage = "forward" if worst[0] == "out" else "backward"
-            reason = f"{worst[0]}{worst[1]}: yours {worst[2]:.6g}, expected {worst[3]:.6g} (relative error {worst[4]:.1e})"
+            reason = "{}{}: yours {:.6g}, expected {:.6g} (relative error {:.1e})".format(*worst)
         if stage is None:
             backend.set_rng_state(trial["before"])
             report = gradcheck.check(swap(copy.deepcopy(module), subs), *inputs, max_entries=entries, seed=seed)
             if not report.ok:
                 stage, table = "backward", report.table()
-                reason = "central differences disagree: " + "; ".join(f"{r.name}{r.worst_entry()}" for r in report.failures())
+                reason = "central differences disagree: " + "; ".join(r.name + r.worst_entry()
+                                                                        for r in report.failures())
         if stage is None:
             continue
         # A mistake is named when it gives what the student's code gives (tensors or error) on every case.
@@ -214,11 +210,11 @@ def grade_training(package_dir: Path, seed: int) -> dict:
         figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises
         return failed(f"not written yet ({err})" if isinstance(err, NotImplementedError) else
-                      f"training stopped: {one_line(err, str(package_dir))}", forward="-")
+                      f"training stopped: {''.join(describe(err, str(package_dir)))}", forward="-")
     learned = figures["exact_match"] >= LEARNS
-    text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new strings "
-            f"(needs {LEARNS:.0%}), loss {figures['first_loss']:.2f} -> {figures['final_loss']:.3f}")
-    return {"forward": "-", "backward": "ok" if learned else "FAIL", "diagnosis": "" if learned else text, "output": text}
+    text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new "
+            f"strings (needs {LEARNS:.0%}), loss {figures['first_loss']:.2f} -> {figures['final_loss']:.3f}")
+    return {"forward": "-", "backward": "ok", "diagnosis": "", "output": text} if learned else failed(text, "-")
 
 
 def _child(conn, name: str, package_dir: str, seed: int) -> None:
@@ -231,11 +227,12 @@ def _child(conn, name: str, package_dir: str, seed: int) -> None:
         try:
             result = grade_training(Path(package_dir), seed) if name == TRAIN.name else \
                 grade_exercise(EXERCISES[name], Path(package_dir), seed)
-        except BaseException as err:  # noqa: BLE001 - the grader's own safety net: the exercise fails, the grader goes on
-            result = failed(one_line(err, package_dir))
+        except BaseException as err:  # noqa: BLE001 - the grader's safety net: the exercise fails, the grader goes on
+            result = failed("".join(describe(err, package_dir)))
     lines = printed.getvalue().count("\n")
     if lines:
-        result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but slows a run)"
+        result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but " \
+                            "slows a run)"
     conn.send(result)
 
 
@@ -246,22 +243,21 @@ def isolated(names: list, package_dir: Path, seed: int, timeout: float, workers:
     pending, running, results = list(names), {}, {}
     while pending or running:
         while pending and len(running) < workers:
-            name = pending.pop(0)
             receive, send = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_child, args=(send, name, str(package_dir), seed), daemon=True)
+            process = ctx.Process(target=_child, args=(send, pending[0], str(package_dir), seed), daemon=True)
             process.start()
             send.close()
-            running[name] = (process, receive, time.monotonic())
-        multiprocessing.connection.wait([r for _, r, _ in running.values()], timeout=0.2)
-        for name, (process, receive, started) in list(running.items()):
+            running[pending.pop(0)] = (process, receive, time.monotonic() + timeout)
+        multiprocessing.connection.wait([receive for _, receive, _ in running.values()], timeout=0.2)
+        for name, (process, receive, deadline) in list(running.items()):
             if receive.poll():
                 try:
                     results[name] = receive.recv()
-                except (EOFError, OSError):
+                except EOFError:
                     process.join(5)
                     results[name] = failed(f"the exercise's process ended without a result (exit code "
                                            f"{process.exitcode})")
-            elif time.monotonic() - started > timeout:
+            elif time.monotonic() > deadline:
                 process.kill()
                 results[name] = failed(f"stopped after {timeout:g} s: an infinite loop, or far too slow")
             else:
@@ -282,18 +278,19 @@ def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> 
     try:
         exercises = [EXERCISES[n] for n in json.loads(manifest.read_text())["exercises"]]
     except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"classroom grade: {manifest} must list known exercises under 'exercises', got {err}") from None
+        raise ValueError(f"classroom grade: {manifest} must list known exercises under 'exercises', "
+                         f"got {err}") from None
     exercises += [TRAIN] if any(e.part == 3 for e in exercises) else []
     started = time.monotonic()
     results = isolated([e.name for e in exercises], (directory / PACKAGE).resolve(), seed, timeout, workers)
-    rows = [{**results[e.name], "name": e.name, "part": e.part} for e in exercises]
-    for r, e in zip(rows, exercises):
-        r["points"] = e.points if r["backward"] == "ok" and r["forward"] != "FAIL" else 0
-    tests = [{"name": f"part {e.part}: {e.name}", "score": r["points"], "max_score": e.points, "output": r["output"]}
-             for r, e in zip(rows, exercises)]
-    seconds = time.monotonic() - started
     head = f"{'exercise':<20} {'part':>4}  {'forward':<7}  {'backward':<8}  {'points':>6}  diagnosis"
-    table = [head, "-" * len(head), *(f"{r['name']:<20} {r['part']:>4}  {r['forward']:<7}  {r['backward']:<8}  "
-                                      f"{r['points']:>6}  {r['diagnosis'][:160]}" for r in rows)]
+    table, tests = [head, "-" * len(head)], []
+    for e in exercises:
+        r = results[e.name]
+        points = e.points if r["backward"] == "ok" and r["forward"] != "FAIL" else 0
+        table.append(f"{e.name:<20} {e.part:>4}  {r['forward']:<7}  {r['backward']:<8}  {points:>6}  "
+                     f"{r['diagnosis'][:160]}")
+        tests.append({"name": f"part {e.part}: {e.name}", "score": points, "max_score": e.points, "output": r["output"]})
+    seconds = time.monotonic() - started
     return {"score": sum(t["score"] for t in tests), "execution_time": round(seconds), "tests": tests,
             "output": f"graded with seed {seed} in {seconds:.1f} s", "scorecard": "\n".join(table)}

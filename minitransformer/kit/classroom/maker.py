@@ -1,9 +1,6 @@
-"""Making an assignment: the core's files in the core's layout (DIR/transformer/, `import transformer as mt`),
-chosen method bodies replaced by stubs, with the student's README (student_readme.md), a notebook per part,
-check.py, cases.py, train_copy.py and assignment.json (the exercises, for the grader). A stub keeps the def line
-(its shapes), the docstrings (the equation) and adds the hint; its body raises NotImplementedError. With
-solutions=True the bodies stay: the two copies differ in the bodies alone.
-"""
+"""Making an assignment: the core in its layout (DIR/transformer/), chosen method bodies replaced by stubs that
+keep the def line (shapes) and docstrings (equation), add the hint and raise NotImplementedError; the student's
+README, a notebook per part, check.py, cases.py, train_copy.py and assignment.json (for the grader) beside it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The mistake catalogue: the classic errors of hand-written backprop, each a one-line patch of the reference.
-
-A mutant is the reference method's source with one text replaced (exercises.json says which), compiled in the
-reference module: it follows the core as the core changes (a patch whose text is gone fails the catalogue's tests,
-not a student). A student whose gradients equal a mutant's made that mistake. Mistakes no gradient check can see
-carry why they do no harm.
-"""
+"""The mistake catalogue: the classic errors of hand-written backprop, each a patch of the reference method's
+source (exercises.json), compiled in the reference module, so it follows the core as the core changes (a patch
+whose text is gone fails the catalogue's tests, not a student). A student whose gradients equal a mutant's made
+that mistake. Mistakes no gradient check can see carry why they do no harm."""
 
 from __future__ import annotations
 
@@ -29,12 +26,8 @@ class Mistake:
         return not self.harmless
 
 
-def _patches(old, new) -> tuple:
-    return ((old, new),) if isinstance(old, str) else tuple(zip(old, new))
-
-
 CATALOGUE = [Mistake(f"{row['name']}.{m['in']}" if "in" in m else row["name"], m["name"],
-                     _patches(m["old"], m["new"]), m.get("says", ""), m.get("harmless", ""))
+                     tuple(map(tuple, m["patches"])), m.get("says", ""), m.get("harmless", ""))
              for row in TABLE["exercises"] for m in row["mistakes"]]
 
 
@@ -46,7 +39,8 @@ def build(mistake: Mistake) -> dict:
             for old, new in mistake.patches:
                 if source.count(old) == 1:
                     namespace = dict(vars(sys.modules[cls.__module__]))
-                    exec(compile(source.replace(old, new), f"<mistake: {mistake.name}>", "exec"), namespace)  # noqa: S102
+                    code = compile(source.replace(old, new), f"<mistake: {mistake.name}>", "exec")
+                    exec(code, namespace)  # noqa: S102 - the mutant is the point
                     return {cls: type(cls.__name__, (cls,), {name: namespace[name]})}
     raise LookupError(f"mistake {mistake.name!r}: none of {[o for o, _ in mistake.patches]} occurs once in "
                       f"the methods of exercise {mistake.exercise!r}")
@@ -55,7 +49,7 @@ def build(mistake: Mistake) -> dict:
 def catalogue_text() -> str:
     """The catalogue as `minitransformer classroom bugs` prints it."""
     lines = [f"{m.exercise:<14} {m.name}\n{'':<14} " + (m.says or m.harmless.replace(
-        "harmless:", "invisible to a gradient check, and harmless:")) for m in CATALOGUE]
+             "harmless:", "invisible to a gradient check, and harmless:")) for m in CATALOGUE]
     return "\n".join(lines) + (f"\n{sum(m.visible for m in CATALOGUE)} mistakes a gradient check names, "
                                f"{sum(not m.visible for m in CATALOGUE)} it cannot see, over "
                                f"{len({m.exercise for m in CATALOGUE})} exercises")
