@@ -39,13 +39,13 @@ class Failed(Exception):
     """A one-line reason an exercise fails."""
 
 
-def describe(err: BaseException, root: str = "") -> tuple:
-    """('ValueError: ...', ' (layers/linear.py line 47)'): the error's first line, and the last line of the
-    student's code (under root) it passed through."""
+def describe(err: BaseException, root: str = "") -> str:
+    """'ValueError: ... (layers/linear.py line 47)': the error's first line and, given the student's folder (root),
+    the last line of their code it passed through."""
     text = (str(err).strip().splitlines() or [""])[0]
     where = [f for f in traceback.extract_tb(err.__traceback__) if root and f.filename.startswith(root)]
     place = f" ({Path(where[-1].filename).relative_to(root)} line {where[-1].lineno})" if where else ""
-    return f"{type(err).__name__}: {text.replace(f'{root}/', '') if root else text}"[:300], place
+    return f"{type(err).__name__}: {text.replace(f'{root}/', '') if root else text}"[:300] + place
 
 
 def failed(reason: str, forward: str = "FAIL") -> dict:         # an exercise that fails for one reason
@@ -63,7 +63,7 @@ def load(exercise, package_dir: Path) -> dict:
         try:
             exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
         except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
-            raise Failed(f"{file} does not load: {''.join(describe(err, str(package_dir)))}") from None
+            raise Failed(f"{file} does not load: {describe(err, str(package_dir))}") from None
         mine = namespace.get(reference.__name__)
         if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
             raise Failed(f"{file}: class {reference.__name__} with the methods {', '.join(names)} is missing")
@@ -88,19 +88,20 @@ def run(module, inputs, subs, trial, root="") -> dict:
     names = list(inspect.signature(type(module).forward).parameters)[1:]
     xs = [x.copy() if isinstance(x, numpy.ndarray) else x for x in inputs]
 
-    def unchanged(stage):
+    def check(stage, labels, values, shapes):     # the inputs left as they came, each value an array of its shape
         for name, x, y in zip(names, xs, inputs):
             if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y):
                 raise Failed(f"{stage} changed the input {name} in place (the caller still holds it)")
+        for label, value, shape in zip(labels, values, shapes):
+            if shape and (not isinstance(value, numpy.ndarray) or value.shape != shape):
+                got = getattr(value, "shape", type(value).__name__)
+                raise Failed(f"{stage} returned {got} for {label}, expected an array of shape {shape}")
 
     stage = "forward"
     try:
         backend.set_rng_state(trial["before"])
         out = m(*xs)
-        if not isinstance(out, numpy.ndarray) or out.shape != trial["out_shape"]:
-            got = getattr(out, "shape", type(out).__name__)
-            raise Failed(f"forward returned {got}, expected shape {trial['out_shape']}")
-        unchanged(stage)
+        check(stage, ["out"], [out], [trial["out_shape"]])
         tensors, stage = {"out": out.copy()}, "backward"
         backend.set_rng_state(trial.setdefault("after", backend.get_rng_state()))
         for name, p in m.named_parameters():
@@ -109,19 +110,15 @@ def run(module, inputs, subs, trial, root="") -> dict:
         grads = m.backward(dout)
         if not numpy.array_equal(dout, trial["dout"]):
             raise Failed("backward changed dout in place (write dout * 2, not dout *= 2: the caller still needs it)")
-        unchanged(stage)
+        floats = [x.shape if isinstance(x, numpy.ndarray) and x.dtype.kind == "f" else None for x in inputs]
+        grads = [*(grads if isinstance(grads, (tuple, list)) else [grads]), *[None] * len(names)]
+        check(stage, [f"d{name}" for name in names], grads, floats)
         unused = [name or "the module" for name, part in m.named_modules()
                   if part._cache is not None or getattr(getattr(part, "loss_fn", None), "cache", None) is not None]
         if unused:      # the next forward in training would raise: each forward is followed by one backward
             raise Failed(f"backward left the forward's cache of {unused[0]} unused (each backward takes it back "
                          "once)")
-        grads = [*(grads if isinstance(grads, (tuple, list)) else [grads]), *[None] * len(names)]
-        for name, x, g in zip(names, inputs, grads):
-            if isinstance(x, numpy.ndarray) and x.dtype.kind == "f":
-                if not isinstance(g, numpy.ndarray) or g.shape != x.shape:
-                    got = getattr(g, "shape", type(g).__name__)
-                    raise Failed(f"backward returned {got} for d{name}, expected an array of shape {x.shape}")
-                tensors[f"d{name}"] = g.copy()
+        tensors.update((f"d{name}", g.copy()) for name, g, shape in zip(names, grads, floats) if shape)
         tensors.update((f"{name}.grad", p.grad.copy()) for name, p in m.named_parameters())
         bad = [n for n, t in tensors.items() if not numpy.isfinite(t).all()]
         if bad:
@@ -132,21 +129,19 @@ def run(module, inputs, subs, trial, root="") -> dict:
     except NotImplementedError as err:
         return {"error": (stage, f"not written yet ({err})")}
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise
-        message, where = describe(err, root)                # the message alone is compared with the mistakes'
-        return {"error": (stage, message), "where": where}
+        # The message alone is compared with the mistakes', the student reads where it came from.
+        return {"error": (stage, describe(err)), "shown": describe(err, root)}
 
 
 def differs(mine: dict, expected: dict, only=None):
-    """The worst disagreement '(tensor, index, yours, expected, error)' over the tensors of both, or None."""
+    """The worst disagreement (tensor, index, yours, expected, relative error) over the tensors of both, or None."""
     worst = None
-    for name, b in expected.items():
-        if name == "error" or name not in mine or only and name not in only:
-            continue
-        a = mine[name]
+    for name in [n for n in expected if n in mine and n != "error" and (only is None or n in only)]:
+        a, b = mine[name], expected[name]
         diff = numpy.abs(a - b)
         err = float(diff.max(initial=0)) / max(1e-8, float(numpy.abs(a).max(initial=0) + numpy.abs(b).max(initial=0)))
         if err >= MATCH and (worst is None or err > worst[4]):
-            i = numpy.unravel_index(int(numpy.argmax(diff)), a.shape) if a.shape else ()
+            i = numpy.unravel_index(int(numpy.argmax(diff)), a.shape)
             worst = (name, [int(j) for j in i], float(a[i]), float(b[i]), err)
     return worst
 
@@ -158,7 +153,6 @@ def same(a: dict, b: dict) -> bool:
 def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENTRIES) -> dict:
     """{forward, backward, diagnosis, output} for one exercise; passes when every case agrees everywhere.
     entries: how many entries per tensor the central differences check (the reference sees every entry)."""
-    root = str(package_dir)
     try:
         subs = load(exercise, package_dir)
     except Failed as err:
@@ -170,16 +164,15 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
     rng = numpy.random.default_rng([seed, 1])
     runs = []                      # (label, module, inputs, trial, the reference's tensors, the student's)
     for label, module, inputs in cases(importlib.import_module("minitransformer"), exercise.name, rng):
-        trial = {"before": backend.get_rng_state()}
-        trial["out_shape"] = module.forward(*inputs).shape
+        trial = {"before": backend.get_rng_state(), "out_shape": module.forward(*inputs).shape}
         module.clear_caches()
         trial.update(dout=rng.standard_normal(trial["out_shape"]),
                      grad={n: rng.standard_normal(p.data.shape) for n, p in module.named_parameters()})
         runs.append((label, module, inputs, trial, run(module, inputs, {}, trial),
-                     run(module, inputs, subs, trial, root)))
+                     run(module, inputs, subs, trial, str(package_dir))))
     for label, module, inputs, trial, reference, mine in runs:
         stage, reason, table = *mine.get("error", (None, None)), ""
-        reason = reason and reason + mine.get("where", "")
+        reason = mine.get("shown", reason)
         worst = stage is None and (differs(mine, reference, only=("out",)) or differs(mine, reference))
         if worst:
             stage = "forward" if worst[0] == "out" else "backward"
@@ -210,7 +203,7 @@ def grade_training(package_dir: Path, seed: int) -> dict:
         figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises
         return failed(f"not written yet ({err})" if isinstance(err, NotImplementedError) else
-                      f"training stopped: {''.join(describe(err, str(package_dir)))}", forward="-")
+                      f"training stopped: {describe(err, str(package_dir))}", forward="-")
     learned = figures["exact_match"] >= LEARNS
     text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new "
             f"strings (needs {LEARNS:.0%}), loss {figures['first_loss']:.2f} -> {figures['final_loss']:.3f}")
@@ -228,7 +221,7 @@ def _child(conn, name: str, package_dir: str, seed: int) -> None:
             result = grade_training(Path(package_dir), seed) if name == TRAIN.name else \
                 grade_exercise(EXERCISES[name], Path(package_dir), seed)
         except BaseException as err:  # noqa: BLE001 - the grader's safety net: the exercise fails, the grader goes on
-            result = failed("".join(describe(err, package_dir)))
+            result = failed(describe(err, package_dir))
     lines = printed.getvalue().count("\n")
     if lines:
         result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but " \
@@ -290,7 +283,8 @@ def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> 
         points = e.points if r["backward"] == "ok" and r["forward"] != "FAIL" else 0
         table.append(f"{e.name:<20} {e.part:>4}  {r['forward']:<7}  {r['backward']:<8}  {points:>6}  "
                      f"{r['diagnosis'][:160]}")
-        tests.append({"name": f"part {e.part}: {e.name}", "score": points, "max_score": e.points, "output": r["output"]})
+        tests.append({"name": f"part {e.part}: {e.name}", "score": points, "max_score": e.points,
+                      "output": r["output"]})
     seconds = time.monotonic() - started
     return {"score": sum(t["score"] for t in tests), "execution_time": round(seconds), "tests": tests,
             "output": f"graded with seed {seed} in {seconds:.1f} s", "scorecard": "\n".join(table)}
