@@ -15,8 +15,6 @@ import minitransformer
 from .exercises import PARTS, TRAIN, choose
 from .grader import PACKAGE
 
-CORE = ["module.py", "masks.py", "config.py", "model.py", "loss.py", "optim.py", "decoding.py", "gradcheck.py",
-        "gradcheck_cases.py"]
 INIT = '''"""Your copy of minitransformer's core: the Transformer of "Attention Is All You Need" in NumPy.
 Shape letters: B batch, S source length, T target length, D d_model, H heads, Dk head size, F d_ff, V vocabulary."""
 
@@ -29,17 +27,11 @@ from .module import Module, ModuleList, Parameter
 
 
 def core_files() -> list:
-    """The core's files (relative to the package) and every top-level module they import (backend, checks...)."""
+    """The package's top-level modules (the core, and the backend and checks it imports) and layers/: the kit and
+    the fast tier live in folders of their own, which stay out."""
     root = Path(minitransformer.__file__).parent
-    files = CORE + sorted(f"layers/{p.name}" for p in (root / "layers").glob("*.py"))
-    for file in files:                  # grows as it goes: the modules an added module imports are added too
-        for node in ast.walk(ast.parse((root / file).read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == (2 if "/" in file else 1):
-                for name in [node.module] if node.module else [a.name for a in node.names]:
-                    top = f"{name.split('.')[0]}.py"
-                    if (root / top).is_file() and top not in files:
-                        files.append(top)
-    return files
+    files = [p for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")] + [*root.glob("layers/*.py")]
+    return sorted(p.relative_to(root).as_posix() for p in files)
 
 
 def stub(text: str, file: str, exercises: list, solutions: bool) -> str:
