@@ -1,7 +1,6 @@
 """The exercises, from one table (exercises.json) that also holds each one's mistakes (mistakes.py): the method
-bodies a student writes, in which part, and the hint each stub keeps. A target's ``backward`` stands for every
-method of its class whose name holds "backward" (``self_attn_backward`` too): ``linear`` is Linear's backward,
-``linear.forward`` its forward."""
+bodies a student writes, in which part, and the hint each stub keeps. ``linear.forward`` is Linear's forward;
+``linear`` its backward: every method of the class whose name holds "backward" (``self_attn_backward`` too)."""
 
 from __future__ import annotations
 
@@ -31,18 +30,14 @@ class Exercise:
                                       if callable(v) and (n == method or method == "backward" and "backward" in n)]
 
 
-def _exercises(row: dict) -> list:
-    """The row's forward exercise (on its first class) if it has one, then its backward one."""
-    targets = [t.split(":") for t in row["targets"]]
-    forward = Exercise(f"{row['name']}.forward", row["part"], ((*targets[0], "forward"),),
-                       f"The forward of {targets[0][1]}, saving in the cache what the backward reads.",
-                       "see the class docstring; save_for_backward(out, ...) with the names the backward reads.")
-    backward = Exercise(row["name"], row["part"], tuple((*t, "backward") for t in targets), row["sentence"], row["hint"])
-    return [forward, backward] if row["forward"] else [backward]
+def _exercise(row: dict) -> Exercise:
+    method = "forward" if row["name"].endswith(".forward") else "backward"
+    targets = tuple((*target.split(":"), method) for target in row["targets"])   # "file:Class": (file, Class, method)
+    return Exercise(row["name"], row["part"], targets, row["sentence"], row["hint"])
 
 
 # Part by part, each forward before its backward: the order a student works in.
-EXERCISES = {e.name: e for row in TABLE["exercises"] for e in _exercises(row)}
+EXERCISES = {row["name"]: _exercise(row) for row in TABLE["exercises"]}
 TRAIN = Exercise("train", 3, (), TABLE["train"], "")
 
 

@@ -51,8 +51,8 @@ def stub(text: str, file: str, exercises: list, solutions: bool) -> str:
                 text = f"{e.sentence} Hint: {e.hint}" if fn.name == method else f"part of it, see {method}'s hint."
                 hint = textwrap.wrap(f"EXERCISE {e.name} (part {e.part}): {text}", 110 - len(indent),
                                      initial_indent=f"{indent}# ", subsequent_indent=f"{indent}#   ")
-                body = lines[start:fn.end_lineno] if solutions else [
-                    f'{indent}raise NotImplementedError("{cls.__name__}.{fn.name}: exercise {e.name}, yours to write")\n']
+                raises = f'raise NotImplementedError("{cls.__name__}.{fn.name}: exercise {e.name}, yours to write")'
+                body = lines[start:fn.end_lineno] if solutions else [f"{indent}{raises}\n"]
                 edits.append((start, fn.end_lineno, [h + "\n" for h in hint] + body))
     for start, end, new in sorted(edits, reverse=True):
         lines[start:end] = new

@@ -26,8 +26,7 @@ class Mistake:
         return not self.harmless
 
 
-CATALOGUE = [Mistake(f"{row['name']}.{m['in']}" if "in" in m else row["name"], m["name"],
-                     tuple(map(tuple, m["patches"])), m.get("says", ""), m.get("harmless", ""))
+CATALOGUE = [Mistake(row["name"], m["name"], tuple(map(tuple, m["patches"])), m.get("says", ""), m.get("harmless", ""))
              for row in TABLE["exercises"] for m in row["mistakes"]]
 
 
