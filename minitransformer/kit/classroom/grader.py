@@ -13,7 +13,6 @@ import importlib
 import inspect
 import io
 import json
-import multiprocessing
 import multiprocessing.connection
 import sys
 import time
