@@ -170,8 +170,8 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
         runs.append((label, module, inputs, trial, run(module, inputs, {}, trial),
                      run(module, inputs, subs, trial, str(package_dir))))
     for label, module, inputs, trial, reference, mine in runs:
-        stage, reason, table = *mine.get("error", (None, None)), ""
-        reason = mine.get("shown", reason)
+        stage, reason = mine.get("error", (None, None))
+        reason, table = mine.get("shown", reason), ""
         worst = stage is None and (differs(mine, reference, only=("out",)) or differs(mine, reference))
         if worst:
             stage = "forward" if worst[0] == "out" else "backward"
@@ -235,17 +235,18 @@ def isolated(names: list, package_dir: Path, seed: int, timeout: float, workers:
     pending, running, results = list(names), {}, {}
     while pending or running:
         while pending and len(running) < workers:
+            name = pending.pop(0)
             receive, send = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_child, args=(send, pending[0], str(package_dir), seed), daemon=True)
+            process = ctx.Process(target=_child, args=(send, name, str(package_dir), seed), daemon=True)
             process.start()
             send.close()
-            running[pending.pop(0)] = (process, receive, time.monotonic() + timeout)
+            running[name] = (process, receive, time.monotonic() + timeout)
         multiprocessing.connection.wait([receive for _, receive, _ in running.values()], timeout=0.2)
         for name, (process, receive, deadline) in list(running.items()):
             if receive.poll():
                 try:
                     results[name] = receive.recv()
-                except EOFError:
+                except (EOFError, OSError):
                     process.join(5)
                     results[name] = failed(f"the exercise's process ended without a result (exit code "
                                            f"{process.exitcode})")

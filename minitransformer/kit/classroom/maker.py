@@ -27,8 +27,8 @@ from .module import Module, ModuleList, Parameter
 
 
 def core_files() -> list:
-    """The package's top-level modules (the core, and the backend and checks it imports) and layers/: the kit and
-    the fast tier live in folders of their own, which stay out."""
+    """The package's top-level modules (the core and the few it imports: backend, checks, ...) and layers/; the kit
+    and the fast tier live in folders of their own, which stay out."""
     root = Path(minitransformer.__file__).parent
     files = [p for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")] + [*root.glob("layers/*.py")]
     return sorted(p.relative_to(root).as_posix() for p in files)
