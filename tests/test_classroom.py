@@ -16,7 +16,6 @@ import pytest
 from minitransformer.kit.classroom import CATALOGUE, EXERCISES, TRAIN
 from minitransformer.kit.classroom.grader import PACKAGE, grade, grade_exercise
 from minitransformer.kit.classroom.maker import make
-from minitransformer.kit.classroom.mistakes import method_names, module_of
 from minitransformer.kit.cli import main
 
 
@@ -40,12 +39,12 @@ def by_name(results):
 
 def plant(mistake, package_dir) -> None:
     """Make the mistake in a student's copy (package_dir = DIR/transformer), in the code of its method."""
-    for file, cls_name, method in EXERCISES[mistake.exercise].targets:
+    for file, reference, _, names in EXERCISES[mistake.exercise].methods():
         path = package_dir / file
         lines = path.read_text().splitlines(keepends=True)
-        cls = next(n for n in ast.parse("".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
-        for fn in cls.body:
-            if isinstance(fn, ast.FunctionDef) and fn.name in method_names(getattr(module_of(file), cls_name), method):
+        classes = {n.name: n for n in ast.parse("".join(lines)).body if isinstance(n, ast.ClassDef)}
+        for fn in classes[reference.__name__].body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in names:
                 text = "".join(lines[fn.lineno - 1:fn.end_lineno])
                 for old, new in mistake.patches:
                     at = text.rfind(old)                         # in code, not in the hint that may quote it
@@ -94,7 +93,8 @@ def test_solutions_differ_from_the_assignment_in_the_bodies_alone(copies):
         theirs = (copies / "solutions" / path.relative_to(copies / "blank")).read_text().splitlines()
         for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, mine, theirs, autojunk=False).get_opcodes():
             if tag != "equal":
-                assert tag == "replace" and i2 - i1 == 1 and "raise NotImplementedError(" in mine[i1], (path, mine[i1:i2])
+                assert tag == "replace" and i2 - i1 == 1, (path, mine[i1:i2])
+                assert "raise NotImplementedError(" in mine[i1], (path, mine[i1:i2])
                 stubbed += 1
     helpers = 1 + 1 + 1      # DecoderLayer's and EncoderLayer's self_attn_backward, DecoderLayer's cross-attention
     assert stubbed >= len([e for e in EXERCISES.values() if "." not in e.name]) + 3 + helpers - 3
@@ -108,7 +108,8 @@ def test_make_then_grade_round_trips_through_the_command_line(tmp_path, capsys):
     assert "score 150/150" in out
     data = json.loads(results.read_text())                    # Gradescope's results.json
     assert data["score"] == 150 and len(data["tests"]) == len(EXERCISES) - 10 + 1
-    assert all(set(t) >= {"name", "score", "max_score", "output"} and t["score"] == t["max_score"] for t in data["tests"])
+    for t in data["tests"]:
+        assert set(t) >= {"name", "score", "max_score", "output"} and t["score"] == t["max_score"], t
     assert "learned: exact match" in by_name(data)["train"]["output"]
 
 
@@ -172,7 +173,8 @@ PATHOLOGIES = {   # exercise: (text in its file, what replaces it, what the grad
              "your code printed"),
     "softmax": ("return p * (dout -", "return 0 * numpy.nan * p * (dout -", "NaN or inf in dx"),
     "dropout": ("return dout if scaled_mask is None else dout * scaled_mask",
-                "return (dout if scaled_mask is None else dout * scaled_mask)[:, 1:]", "for dx, expected an array of shape (3, 5, 6)"),
+                "return (dout if scaled_mask is None else dout * scaled_mask)[:, 1:]",
+                "for dx, expected an array of shape (3, 5, 6)"),
     "embedding": ("ids = self.saved(dout).ids ", "ids = self.saved(dout).ids\n        dout *= 2\n       ",
                   "backward changed dout in place"),
     "feedforward": ("self.saved(dout)\n        dh", "import os; os._exit(3)\n        dh", "ended without a result"),

@@ -1,5 +1,5 @@
-"""The classroom: assignments made from the core (``classroom make``, maker.make), graded by gradient checks that
-name the mistake (``classroom grade``, grader.grade); ``classroom list | bugs`` print EXERCISES and CATALOGUE."""
+"""The classroom: assignments made from the core (maker.make), graded by gradient checks that name the mistake
+(grader.grade); ``classroom list | bugs`` print EXERCISES and CATALOGUE."""
 
 from .exercises import EXERCISES, PARTS, TRAIN, choose
 from .grader import grade

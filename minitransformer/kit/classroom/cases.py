@@ -1,9 +1,6 @@
 """The inputs every exercise is checked on, built with any copy of the core (the package or a student's).
-
 Sizes are small, odd where they can be and all distinct, so that a transposed or mis-broadcast gradient cannot
-pass by accident; token batches carry padding, one source is padding alone (its queries have no key), the
-decoder's mask is causal. Each call draws new values from ``rng``: the grader and ``check.py`` take a seed.
-"""
+pass by accident; token batches carry padding, one source is padding alone (its queries have no key)."""
 
 from __future__ import annotations
 
@@ -15,10 +12,8 @@ B, S, T, D, H, F, V = 3, 7, 5, 6, 2, 11, 13
 def cases(mt, name: str, rng) -> list:
     """[(label, module, inputs)] for the exercise ``name`` ('linear' also serves 'linear.forward'), built
     with the package ``mt``; call after ``mt.set_default_dtype("float64")``."""
-    def sub(module):
-        return importlib.import_module(f"{mt.__name__}.{module}")
-
-    L, masks, model, wrap = sub("layers"), sub("masks"), sub("model"), sub("gradcheck_cases")
+    L, masks, model = mt.layers, mt.masks, mt.model
+    wrap = importlib.import_module(f"{mt.__name__}.gradcheck_cases")     # modules of one input
 
     def x(*shape):
         return rng.standard_normal(shape)
@@ -33,18 +28,9 @@ def cases(mt, name: str, rng) -> list:
     src_mask, keyless = masks.padding_mask(src, 0), masks.padding_mask(src, 0).copy()
     keyless[2] = False                                         # a sentence whose queries have no key at all
     tgt_mask = masks.padding_mask(tgt, 0) & masks.subsequent_mask(T)
-
-    def layer_norm():
-        ln = L.LayerNorm(D)
-        ln.gamma.data[...], ln.beta.data[...] = x(D), x(D)     # trained values, not the ones and zeros of init
-        return ln
-
-    def transformer():
-        config = model.TransformerConfig(V, V, d_model=D, num_heads=H, num_encoder_layers=1, num_decoder_layers=2,
-                                         d_ff=F, dropout=0.0, max_len=16, share_embeddings=True, tie_output=True)
-        return model.Transformer(config)
-
-    loss = importlib.import_module(f"{mt.__name__}.loss").CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
+    config = model.TransformerConfig(V, V, d_model=D, num_heads=H, num_encoder_layers=1, num_decoder_layers=2,
+                                     d_ff=F, dropout=0.0, max_len=16, share_embeddings=True, tie_output=True)
+    loss = mt.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
     build = {
         "linear": lambda: [("Linear(6, 4)", L.Linear(D, 4), (x(B, T, D),))],
         "relu": lambda: [("ReLU", L.ReLU(), (x(B, T, D),))],
@@ -54,7 +40,7 @@ def cases(mt, name: str, rng) -> list:
                                (rng.integers(0, 4, size=(B, T)),))],
         "feedforward": lambda: [("PositionwiseFeedForward(6, 11), dropout 0.2",
                                  L.PositionwiseFeedForward(D, F, dropout=0.2), (x(B, T, D),))],
-        "layernorm": lambda: [("LayerNorm(6)", layer_norm(), (x(B, T, D) * 3 + 1,))],
+        "layernorm": lambda: [("LayerNorm(6)", L.LayerNorm(D), (x(B, T, D) * 3 + 1,))],
         "attention": lambda: [
             ("cross-attention, padding, a keyless row", L.ScaledDotProductAttention(),
              (x(B, H, T, 3), x(B, H, S, 3), x(B, H, S, 4), keyless)),
@@ -69,7 +55,7 @@ def cases(mt, name: str, rng) -> list:
                                    (x(B, S, D), src_mask))],
         "decoder_layer": lambda: [("DecoderLayer", model.DecoderLayer(D, H, F),
                                    (x(B, T, D), x(B, S, D), tgt_mask, src_mask))],
-        "transformer": lambda: [("Transformer, shared and tied embeddings", transformer(), (src, tgt))],
+        "transformer": lambda: [("Transformer, shared and tied embeddings", model.Transformer(config), (src, tgt))],
         "loss": lambda: [("CrossEntropyLoss, smoothing 0.1, padding", wrap._LossModule(loss, ids(B, T, 0, V)),
                           (x(B, T, V),))],
     }

@@ -1,9 +1,5 @@
-"""Check your exercises yourself:  python check.py [EXERCISE ...]   (every exercise by default)
-
-Each exercise's layer is built from YOUR package on the inputs the grader uses (cases.py) and its backward is
-compared with central differences (transformer/gradcheck.py): a table per case, and PASS or FAIL. The grader
-also compares your forward and backward with the reference, and names the mistake when it recognises it.
-"""
+"""Check your exercises yourself: `python check.py [EXERCISE ...]` (all of them by default). Each exercise's layer,
+built from YOUR package on the grader's inputs (cases.py), against central differences: a table per case."""
 
 import json
 import sys

@@ -1,10 +1,6 @@
-"""Part 3's finale: train the Transformer you wrote on the copy task and watch it learn.
-
-    python train_copy.py            # about twenty seconds on a laptop; prints the loss and the exact match
-
-The target is the source itself, so the model must learn to attend from output position i to source position i.
-Every step runs your forward, your backward and the optimiser: a wrong gradient shows as a loss that stalls.
-"""
+"""Part 3's finale, `python train_copy.py`: the Transformer you wrote learns to copy strings (output position i
+attends to source position i). Every step runs your forward, your backward and the optimiser: a wrong gradient
+shows as a loss that stalls."""
 
 from __future__ import annotations
 
