@@ -83,7 +83,7 @@ __all__ = [
 
 
 # The kit's modules keep the names users reach them by: ``mt.tokenizers``, ``from minitransformer.train import
-# Trainer``, ``python -m minitransformer.cli``. Each name is the same module object as its home under kit/.
+# Trainer``. Each name is the same module object as its home under kit/.
 for _module in (batching, bleu, checkpoint, datasets, files, tasks, tokenizers, toy_grammar, train):
     sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
 
