@@ -1,15 +1,12 @@
 """Training checkpoints: one safetensors file holding everything a run needs to continue, and no pickle.
 
 Tensors: ``param/<name>`` (the weights), ``optim/<i>`` and ``sched/<i>`` (the optimiser's and schedule's arrays).
-Header metadata: ``minitransformer`` (JSON: format version, step, data position, rng, config, tokenizers, extra,
-the optimiser/schedule skeletons), ``run`` (the writing run's id, read without parsing that JSON) and ``sha256``
-(of both and of every tensor). Safetensors because strangers send each other these files: nothing runs on
-loading (``numpy.load(allow_pickle=True)`` runs what a crafted file says), and PyTorch, JAX and the Hugging Face
-tools open it directly. The digest proves integrity, not origin, so the reader checks every field
-(``checkpoint_checks``) before reading a tensor, and the writer runs the same checks: a run never saves what it
-cannot read. ``CheckpointManager`` writes ``checkpoint-<step>.safetensors`` and the same bytes as
-``checkpoint.safetensors`` (a file of its own, never a link: copying a backup over it must not rewrite a step
-file), keeps its run's last ``keep`` step files and holds the folder's lock. ``average_checkpoints``: paper §6.1.
+Header metadata: ``minitransformer`` (JSON: format, step, data position, rng, config, tokenizers, extra and the
+optimiser/schedule skeletons), ``run`` (the writing run's id) and ``sha256`` (of both and of every tensor).
+Safetensors because strangers send each other these files: nothing runs on loading, and PyTorch, JAX and the
+Hugging Face tools open it directly. The digest proves integrity, not origin, so the reader checks every field
+(``checkpoint_checks``) before it reads a tensor, and the writer runs the same checks: a run never saves what it
+cannot read. ``average_checkpoints``: paper §6.1.
 """
 
 from __future__ import annotations
@@ -28,14 +25,13 @@ import numpy
 import safetensors
 import safetensors.numpy
 
-from minitransformer import backend, budget
+from minitransformer import backend
 from minitransformer.checks import positive_int
 from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.kit.running import files
 
 TEMP_SUFFIX, FORMAT_NAME, FORMAT_VERSION = files.TEMP_SUFFIX, checks.FORMAT_NAME, checks.FORMAT_VERSION
 check_config = checks.check_config                                                      # public here too
-parameter_count = budget.parameter_count
 SUFFIX = ".safetensors"
 LATEST = "checkpoint" + SUFFIX
 _STEP_FILE = re.compile(r"^checkpoint-(\d+)\.safetensors$")
@@ -145,9 +141,6 @@ def load_checkpoint(path) -> Checkpoint:
     digest or a NaN/inf float is a one-line ValueError naming the file and the field, the header's checks made
     before any tensor is read."""
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"checkpoint {path} is a folder, not a file (did you mean "
-                                f"{os.path.join(path, LATEST)}?)")
     with files.open_regular(path, "checkpoint") as f:
         size = os.fstat(f.fileno()).st_size
         metadata, specs = checks.read_header(path, f, size)
@@ -190,19 +183,7 @@ def run_of(path) -> str | None:
         return None
 
 
-def resolve_checkpoint(path) -> str:
-    """A checkpoint file from a file or a run folder (-> folder/checkpoint.safetensors). Names the path if absent."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        candidate = os.path.join(path, LATEST)
-        if not os.path.exists(candidate):
-            refuse_old_format(path)
-            raise FileNotFoundError(f"no checkpoint in {path}: {candidate} does not exist")
-        return candidate
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    return path
-
+# ----------------------------------------------------------------------------- a run folder's checkpoints
 
 def step_of_file(path) -> int | None:
     """The step in a ``checkpoint-<step>.safetensors`` file name; None for any other name."""
@@ -220,9 +201,7 @@ def list_checkpoints(directory) -> list:
 
 
 def checkpoint_files(directory) -> list:
-    """Every checkpoint file a ``CheckpointManager`` writes that a folder holds: its step files (oldest first),
-    then checkpoint.safetensors. Empty if the folder does not exist."""
-    directory = os.fspath(directory)
+    """A folder's step files (oldest first), then its checkpoint.safetensors; empty if there is no such folder."""
     if not os.path.isdir(directory):
         return []
     latest = os.path.join(directory, LATEST)
@@ -238,6 +217,18 @@ def latest_checkpoint(directory) -> str | None:
     return found[-1] if found else None
 
 
+def resolve_checkpoint(path) -> str:
+    """A checkpoint file from a file or a run folder (-> folder/checkpoint.safetensors). Names the path if absent."""
+    path = os.fspath(path)
+    file = os.path.join(path, LATEST) if os.path.isdir(path) else path
+    if not os.path.exists(file):
+        if file != path:
+            refuse_old_format(path)
+        raise FileNotFoundError(f"no checkpoint in {path}: {file} does not exist" if file != path else
+                                f"checkpoint {path} does not exist")
+    return file
+
+
 def refuse_old_format(directory) -> None:
     """A run folder of an earlier version holds checkpoint.npz files: name the command that converts them."""
     if any(OLD_NAME.match(name) for name in os.listdir(directory)):
@@ -245,10 +236,10 @@ def refuse_old_format(directory) -> None:
                          f"once with `minitransformer convert {directory}` (the old files are kept)")
 
 
-def _of_run(files: list, run, folder: str, doing: str) -> list:
+def _of_run(paths: list, run, folder: str, doing: str) -> list:
     """The files written by ``run``; each other one is named on stderr (one line) and left out."""
     ours = []
-    for path in files:
+    for path in paths:
         other = run_of(path)
         if other == run:
             ours.append(path)
@@ -259,10 +250,11 @@ def _of_run(files: list, run, folder: str, doing: str) -> list:
 
 
 class CheckpointManager:
-    """Saves ``checkpoint-<step>.safetensors`` and the same bytes as ``checkpoint.safetensors``, atomically, and
-    keeps its run's last ``keep`` step files. Holds the folder's lock until ``close()`` or the process ends, and
-    deletes dead writers' temp files. Its run id is that of the folder's latest checkpoint (a resumed run), else
-    new; step files of other ids are never pruned nor averaged: each is named on stderr and left as it is."""
+    """Saves ``checkpoint-<step>.safetensors`` and the same bytes as ``checkpoint.safetensors`` (a file of its own,
+    never a link: copying a backup over it must not rewrite a step file), atomically, and keeps its run's last
+    ``keep`` step files. Holds the folder's lock until ``close()`` or the process ends, and deletes dead writers'
+    temp files. Its run id is that of the folder's latest checkpoint (a resumed run), else new; step files of other
+    ids are never pruned nor averaged: each is named on stderr and left as it is."""
 
     def __init__(self, directory, keep: int = 5):
         self.directory, self.run = os.fspath(directory), None
@@ -276,8 +268,7 @@ class CheckpointManager:
         return os.path.join(self.directory, LATEST)
 
     def save(self, step: int, **state) -> str:
-        """Write checkpoint-<step>.safetensors and checkpoint.safetensors (``state`` as for ``save_checkpoint``),
-        then delete this run's oldest step files beyond ``keep``. -> the latest's path."""
+        """Write both files (``state`` as for ``save_checkpoint``), then prune. -> the latest's path."""
         if self.run is None:
             previous = latest_checkpoint(self.directory)
             self.run = (run_of(previous) if previous else None) or secrets.token_hex(8)
@@ -302,13 +293,11 @@ def average_checkpoints(paths) -> OrderedDict:
         if loaded.run != first.run:
             raise ValueError(f"average_checkpoints: {path} was written by another run than {paths[0]} "
                              f"(run {loaded.run}, not {first.run}): the weights of different runs cannot be averaged")
-        if list(loaded.weights) != list(total):
-            raise ValueError(f"average_checkpoints: {path} holds other parameters than {paths[0]} "
+        shapes = [(k, v.shape) for k, v in loaded.weights.items()]
+        if shapes != [(k, v.shape) for k, v in total.items()]:
+            raise ValueError(f"average_checkpoints: {path} holds other parameters or shapes than {paths[0]} "
                              f"(different models cannot be averaged)")
         for k, v in loaded.weights.items():
-            if v.shape != total[k].shape:
-                raise ValueError(f"average_checkpoints: parameter {k!r} has shape {v.shape} in {path} "
-                                 f"but {total[k].shape} in {paths[0]}")
             total[k] += v
     return OrderedDict((k, (v / len(paths)).astype(first.weights[k].dtype)) for k, v in total.items())
 
@@ -321,6 +310,4 @@ def last_checkpoints(directory, n: int, up_to_step: int | None = None) -> list:
     found = [p for p in list_checkpoints(directory) if up_to_step is None or step_of_file(p) <= up_to_step]
     named = os.path.join(os.fspath(directory), f"checkpoint-{up_to_step}{SUFFIX}")
     reference = named if up_to_step is not None and os.path.isfile(named) else latest_checkpoint(directory)
-    if reference is None:
-        return []
-    return _of_run(found, run_of(reference), os.fspath(directory), "averaging")[-n:]
+    return [] if reference is None else _of_run(found, run_of(reference), os.fspath(directory), "averaging")[-n:]

@@ -21,7 +21,7 @@ from minitransformer import backend
 from minitransformer.checks import one_of, positive_int, positive_number
 from minitransformer.kit.data.batching import ResumableBatches
 from minitransformer.kit.running import checkpoint
-from minitransformer.kit.running.resume import check_resumable, full_config  # noqa: F401 (full_config: cli's)
+from minitransformer.kit.running.checkpoint_checks import check_resumable, full_config  # noqa: F401 (cli's)
 from minitransformer.limits import MAX_HISTORY
 from minitransformer.optim import clip_grad_norm
 
