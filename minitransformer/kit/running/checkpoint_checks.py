@@ -23,6 +23,7 @@ DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "
           "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
 _FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
 _SECOND_MOMENT = re.compile(r"^v\.\d+$")   # Adam's running mean of squared gradients: never negative
+COUNTERS = ("train_seconds", "train_cpu_seconds", "tokens_seen", "skipped")    # a Trainer's, saved and resumed
 
 
 def check_sizes(where: str, meta_bytes: int, specs: dict) -> None:
@@ -60,7 +61,8 @@ def read_header(path: str, f, size: int) -> tuple:
                              f"integer and float arrays")
         axes = isinstance(shape, list) and len(shape) <= limits.MAX_NDIM and all(_is_count(d, 2 ** 62) for d in shape)
         if not axes or math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS:               # (0, 2**62): no
-            raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no checkpoint tensor has")
+            raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no checkpoint tensor "
+                             f"has")
         nbytes = math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize
         if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o, size) for o in offsets) or \
                 offsets[1] - offsets[0] != nbytes:
@@ -274,8 +276,7 @@ def check_resumable(trainer, ck) -> dict:
         raise ValueError(f"checkpoint {path}: the data position {state['data']['position']} is beyond the "
                          f"{len(trainer.train_data)} batches of an epoch of this run's data")
     # tokens_seen as a number, not a count: a long run reads more tokens than limits.MAX_COUNT
-    counters = ("train_seconds", "train_cpu_seconds", "tokens_seen", "skipped")
-    check_state(path, "the training state", {k: state[k] for k in counters}, dict(zip(counters, (0.0, 0.0, 0.0, 0))))
+    check_state(path, "the training state", {k: state[k] for k in COUNTERS}, dict(zip(COUNTERS, (0.0, 0.0, 0.0, 0))))
     for key, width in (("history", 4), ("valid_history", 3)):
         rows = state[key]
         if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == width and all(map(_number, r))

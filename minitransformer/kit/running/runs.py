@@ -43,7 +43,8 @@ def choose_blas_threads(config, workers: int = 1) -> dict:
     """Set the BLAS threads, unless OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) chose: one with several workers
     (they keep the cores busy), else by the width. -> {"blas_threads": count or None, "blas_threads_set_by": who}"""
     count, why = use_blas_threads(1 if workers > 1 or config.d_model < ONE_BLAS_THREAD_BELOW else None)
-    set_by = {"chosen": "minitransformer", "default": "the BLAS default", "unknown": "unknown (no BLAS threadpoolctl can set)"}
+    set_by = {"chosen": "minitransformer", "default": "the BLAS default",
+              "unknown": "unknown (no BLAS threadpoolctl can set)"}
     return {"blas_threads": count, "blas_threads_set_by": set_by.get(why, why)}
 
 

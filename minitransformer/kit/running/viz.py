@@ -136,7 +136,7 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: st
 
 
 def _mask_image(mask, name: str, where: str) -> tuple[numpy.ndarray, str]:
-    """(image, row name) of a mask (Tq, Tk) with leading axes of size 1, or padding (B, 1, 1, Tk): a row per sentence."""
+    """(image, row name) of a mask (Tq, Tk) with leading axes of size 1, or padding (B, 1, 1, Tk): a row a sentence."""
     m = _host(mask)
     if m.ndim == 4 and m.shape[1:3] == (1, 1):
         image, rows = m[:, 0, 0], "sentence in batch"                     # (B, Tk): the same for every query
