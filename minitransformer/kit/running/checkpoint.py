@@ -5,9 +5,8 @@ Header metadata: ``minitransformer`` (JSON: format, step, data position, rng, co
 optimiser/schedule skeletons), ``run`` (the writing run's id) and ``sha256`` (of both and of every tensor).
 Safetensors because strangers send each other these files: nothing runs on loading, and PyTorch, JAX and the
 Hugging Face tools open it directly. The digest proves integrity, not origin, so the reader checks every field
-(``checkpoint_checks``) before it reads a tensor, and the writer runs the same checks: a run never saves what it
-cannot read. ``average_checkpoints``: paper §6.1.
-"""
+(``checkpoint_checks``) before it reads a tensor; the writer runs the same checks, so a run never saves what it
+cannot read."""
 
 from __future__ import annotations
 
@@ -122,9 +121,8 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
 
 def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0,
                     batch: int = 0, rng=None, config=None, tokenizers=None, extra=None, run=None) -> str:
-    """Write one checkpoint file atomically -> its path. weights: ``model.state_dict()``; optimizer, scheduler:
-    their ``state_dict()``; epoch, batch: the data position; rng: ``backend.get_rng_state()``; config,
-    tokenizers, extra: JSON-able dicts; run: the run's id."""
+    """Write one checkpoint file atomically -> its path. weights, optimizer, scheduler: ``state_dict()``s; epoch,
+    batch: the data position; rng: ``backend.get_rng_state()``; config, tokenizers, extra: JSON-able dicts."""
     data = pack_checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch,
                            batch=batch, rng=rng, config=config, tokenizers=tokenizers, extra=extra, run=run)
     files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
@@ -137,9 +135,8 @@ def _write_file(f, data: bytes) -> None:
 
 
 def load_checkpoint(path) -> Checkpoint:
-    """Read and check one checkpoint file -> a ``Checkpoint``. Anything ``checkpoint_checks`` refuses, a wrong
-    digest or a NaN/inf float is a one-line ValueError naming the file and the field, the header's checks made
-    before any tensor is read."""
+    """Read and check one checkpoint file -> a ``Checkpoint``; whatever ``checkpoint_checks`` refuses, a wrong
+    digest or a NaN/inf float is a one-line ValueError naming the file and the field."""
     path = os.fspath(path)
     with files.open_regular(path, "checkpoint") as f:
         size = os.fstat(f.fileno()).st_size
@@ -175,11 +172,11 @@ def restore(meta: dict, tensors: dict) -> dict:
 
 
 def run_of(path) -> str | None:
-    """The id of the run that wrote a checkpoint, from its header alone (None: no id, or no readable header)."""
+    """The id of the run that wrote a checkpoint, from its header alone (None: no id, no file, no readable header)."""
     try:
         with files.open_regular(path, "checkpoint") as f:
             return checks.read_header(os.fspath(path), f, os.fstat(f.fileno()).st_size)[0]["run"] or None
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError):                     # TypeError: no path (None)
         return None
 
 
@@ -202,38 +199,28 @@ def list_checkpoints(directory) -> list:
 
 def checkpoint_files(directory) -> list:
     """A folder's step files (oldest first), then its checkpoint.safetensors; empty if there is no such folder."""
-    if not os.path.isdir(directory):
-        return []
     latest = os.path.join(directory, LATEST)
-    return list_checkpoints(directory) + ([latest] if os.path.isfile(latest) else [])
+    return list_checkpoints(directory) + [latest] * os.path.isfile(latest) if os.path.isdir(directory) else []
 
 
 def latest_checkpoint(directory) -> str | None:
     """The file to continue a folder's run from: checkpoint.safetensors, or, if that is missing (deleted by hand),
-    the newest step file; None if the folder holds neither (ValueError if it holds .npz checkpoints instead)."""
+    the newest step file; None if the folder holds neither (ValueError naming the converter if it holds .npz
+    checkpoints of an earlier version instead)."""
     found = checkpoint_files(directory)
-    if not found and os.path.isdir(directory):
-        refuse_old_format(directory)
+    if not found and os.path.isdir(directory) and any(OLD_NAME.match(name) for name in os.listdir(directory)):
+        raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
+                         f"once with `minitransformer convert {directory}` (the old files are kept)")
     return found[-1] if found else None
 
 
 def resolve_checkpoint(path) -> str:
-    """A checkpoint file from a file or a run folder (-> folder/checkpoint.safetensors). Names the path if absent."""
+    """A checkpoint file from a file or a run folder (its ``latest_checkpoint``); names the path if there is none."""
     path = os.fspath(path)
-    file = os.path.join(path, LATEST) if os.path.isdir(path) else path
-    if not os.path.exists(file):
-        if file != path:
-            refuse_old_format(path)
-        raise FileNotFoundError(f"no checkpoint in {path}: {file} does not exist" if file != path else
-                                f"checkpoint {path} does not exist")
+    file = latest_checkpoint(path) if os.path.isdir(path) else path
+    if file is None or not os.path.exists(file):
+        raise FileNotFoundError(f"no checkpoint in {path}" if file is None else f"checkpoint {path} does not exist")
     return file
-
-
-def refuse_old_format(directory) -> None:
-    """A run folder of an earlier version holds checkpoint.npz files: name the command that converts them."""
-    if any(OLD_NAME.match(name) for name in os.listdir(directory)):
-        raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
-                         f"once with `minitransformer convert {directory}` (the old files are kept)")
 
 
 def _of_run(paths: list, run, folder: str, doing: str) -> list:
@@ -270,8 +257,7 @@ class CheckpointManager:
     def save(self, step: int, **state) -> str:
         """Write both files (``state`` as for ``save_checkpoint``), then prune. -> the latest's path."""
         if self.run is None:
-            previous = latest_checkpoint(self.directory)
-            self.run = (run_of(previous) if previous else None) or secrets.token_hex(8)
+            self.run = run_of(latest_checkpoint(self.directory)) or secrets.token_hex(8)
         data = pack_checkpoint(step=step, run=self.run, **state)
         for path in (os.path.join(self.directory, f"checkpoint-{int(step)}{SUFFIX}"), self.latest):
             files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")

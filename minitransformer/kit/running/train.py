@@ -45,9 +45,9 @@ class Trainer:
                  on_nonfinite: str = "stop", progress: bool = True, config: dict | None = None,
                  tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100,
                  metric_name: str = "metric", metric_format=None, parallel=None):
+        counts = {"max_steps": max_steps, "max_epochs": max_epochs, "eval_every": eval_every, "save_every": save_every}
         self.max_steps, self.max_epochs, self.eval_every, self.save_every = (
-            None if value is None else positive_int("Trainer", name, value) for name, value in
-            zip(("max_steps", "max_epochs", "eval_every", "save_every"), (max_steps, max_epochs, eval_every, save_every)))
+            None if value is None else positive_int("Trainer", name, value) for name, value in counts.items())
         self.clip_norm, self.max_seconds = (None if value is None else positive_number("Trainer", name, value)
                                             for name, value in (("clip_norm", clip_norm), ("max_seconds", max_seconds)))
         self.max_skips = positive_int("Trainer", "max_skips", max_skips)
@@ -278,10 +278,7 @@ class Trainer:
     def resume(self, path) -> None:
         """Restore the whole run from a checkpoint (a file, or a run folder's latest) to continue exactly; a refused
         file (ValueError naming the file and the field) changes nothing."""
-        found = checkpoint.latest_checkpoint(path) if os.path.isdir(path) else path
-        if found is None:
-            raise FileNotFoundError(f"Trainer.resume: no checkpoint in {path}")
-        ck = checkpoint.load_checkpoint(found)
+        ck = checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(path))
         state = checks.check_resumable(self, ck)
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
