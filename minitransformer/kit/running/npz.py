@@ -1,8 +1,7 @@
-"""Checkpoints of earlier versions (``.npz``, format version 1), converted once to safetensors
-(``minitransformer convert runs/toy``, or ``convert_npz(old, new)``); ``load_checkpoint`` names the command when it
-meets one. The files may come from anyone: the zip's sha256 trailer, entry count, sizes and every array header are
-checked before ``numpy.load(allow_pickle=False)`` reads an array; the new file is then written with the writer's
-checks and read back before it counts."""
+"""Checkpoints of earlier versions (``.npz``, format version 1), converted once to safetensors by
+``minitransformer convert runs/toy`` (``convert_npz``), the command ``load_checkpoint`` names when it meets one. The
+zip's sha256 trailer, entry count, sizes and every array header are checked before ``numpy.load(allow_pickle=False)``
+reads an array; the new file is written with the writer's checks and read back before it counts."""
 
 from __future__ import annotations
 
