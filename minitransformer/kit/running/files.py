@@ -35,15 +35,18 @@ def open_regular(path, what: str):
         raise PermissionError(f"{what} {path}: permission denied") from None
     except OSError as err:
         raise ValueError(f"{what} {path} cannot be opened ({err.strerror or err})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
+    try:
+        mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(f"{what} {path} is a folder, not a file")
-        raise ValueError(f"{what} {path} is not a regular file (a FIFO, device or socket): refused")
-    if hasattr(os, "set_blocking"):
-        os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{what} {path} is not a regular file (a FIFO, device or socket): refused")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def check_writable(path, what: str = "file") -> None:
@@ -110,11 +113,11 @@ def remove_stale_temps(directory) -> None:
             continue
         try:
             os.kill(int(match.group(1)), 0)
-        except ProcessLookupError:                 # gone (another user's process or an absurd pid: kept)
+        except ProcessLookupError:                 # its writer is gone
             path = os.path.join(directory, name)
             if stat.S_ISREG(os.lstat(path).st_mode):
                 remove_quietly(path)
-        except (PermissionError, OverflowError):
+        except (PermissionError, OverflowError):   # another user's process; a pid no system has: kept
             pass
 
 

@@ -26,8 +26,10 @@ from .train import Trainer
 def tier(reference: bool) -> tuple:
     """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else of the fast tier (drop-in
     subclasses, imported on first use)."""
-    fast = None if reference else importlib.import_module("minitransformer.fast")
-    return (Transformer, CrossEntropyLoss, Adam) if reference else (fast.Transformer, fast.CrossEntropyLoss, fast.Adam)
+    if reference:
+        return Transformer, CrossEntropyLoss, Adam
+    fast = importlib.import_module("minitransformer.fast")
+    return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
 
 
 # A model narrower than this gets one BLAS thread: its products are small, a second thread gains nothing on an

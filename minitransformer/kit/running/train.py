@@ -216,7 +216,8 @@ class Trainer:
         parts = [f"step {self.step}"]
         if math.isfinite(valid_loss):
             smoothing = getattr(self.loss_fn, "label_smoothing", 0.0)    # the loss the run minimises, said so
-            parts.append(f"valid loss {valid_loss:.4f}" + (f" (with label smoothing {smoothing:g})" * bool(smoothing)))
+            said = f" (with label smoothing {smoothing:g})" if smoothing else ""
+            parts.append(f"valid loss {valid_loss:.4f}{said}")
         if math.isfinite(metric):
             parts.append(f"{self.metric_name} {self.metric_format(metric)}")
         write("  ".join(parts))                                  # with or without the progress bar
