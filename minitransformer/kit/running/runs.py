@@ -132,7 +132,7 @@ def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: flo
 
     def finite(pairs):
         pairs = [(s, v) for s, v in pairs if math.isfinite(v)]
-        return (numpy.array([s for s, _ in pairs], float), numpy.array([v for _, v in pairs], float)) if pairs else None
+        return tuple(numpy.array(pairs, float).T) if pairs else None          # (steps (n,), values (n,))
 
     steps, losses = (numpy.array([h[i] for h in trainer.history], dtype=float) for i in (0, 1))   # (n,) each
     valid = finite([(s, v) for s, v, _ in trainer.valid_history])

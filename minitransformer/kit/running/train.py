@@ -159,13 +159,10 @@ class Trainer:
         bar.set_postfix(loss=f"{self._smooth[0]:.3f}", tok_s=f"{self._smooth[1]:,.0f}", lr=f"{lr:.2e}", refresh=False)
 
     def _done(self) -> str | None:
-        if self.max_steps is not None and self.step >= self.max_steps:
-            return "max_steps"
-        if self.max_epochs is not None and self.train_data.epoch >= self.max_epochs:
-            return "max_epochs"
-        if self.max_seconds is not None and time.perf_counter() - self._started >= self.max_seconds:
-            return "max_seconds"
-        return None
+        """The first limit reached (the stop reason), or None."""
+        reached = {"max_steps": (self.step, self.max_steps), "max_epochs": (self.train_data.epoch, self.max_epochs),
+                   "max_seconds": (time.perf_counter() - self._started, self.max_seconds)}
+        return next((reason for reason, (now, limit) in reached.items() if limit is not None and now >= limit), None)
 
     def _nonfinite(self, what: str, value: float, loss: float | None = None) -> None:
         if self.on_nonfinite == "skip":
