@@ -555,12 +555,8 @@ def test_model_switches_of_the_paper_reach_the_config_and_survive_a_resume(tmp_p
 def test_every_tasks_defaults_are_settings_a_run_accepts(task):
     """A task's defaults pass the checks a saved run's settings get, and never average more checkpoints than
     they keep (train would refuse its own defaults)."""
-    from minitransformer.kit.running.settings import (
-        check_saved_settings,
-        saved_setting_names,
-        task_settings,
-    )
+    from minitransformer.kit.running.settings import check_saved_settings, task_settings
+
     settings = task_settings(task)
-    assert set(settings) == saved_setting_names(task)
     check_saved_settings(settings, task, "defaults", complete=True)
     assert 1 <= settings["average"] <= settings["keep"]

@@ -1,16 +1,12 @@
 """Training checkpoints: one safetensors file holding everything a run needs to continue, and no pickle.
 
 Tensors: ``param/<name>`` (the weights), ``optim/<i>`` and ``sched/<i>`` (the optimiser's and schedule's arrays).
-Header metadata: ``minitransformer`` (JSON: format version, step, data position, rng, config, tokenizers, extra,
-the optimiser/schedule skeletons), ``run`` (the writing run's id, read without parsing that JSON) and ``sha256``
-(of both and of every tensor). Safetensors because strangers send each other these files: nothing runs on
-loading (``numpy.load(allow_pickle=True)`` runs what a crafted file says), and PyTorch, JAX and the Hugging Face
-tools open it directly. The digest proves integrity, not origin, so the reader checks every field
-(``checkpoint_checks``) before reading a tensor, and the writer runs the same checks: a run never saves what it
-cannot read. ``CheckpointManager`` writes ``checkpoint-<step>.safetensors`` and the same bytes as
-``checkpoint.safetensors`` (a file of its own, never a link: copying a backup over it must not rewrite a step
-file), keeps its run's last ``keep`` step files and holds the folder's lock. ``average_checkpoints``: paper §6.1.
-"""
+Header metadata: ``minitransformer`` (JSON: format, step, data position, rng, config, tokenizers, extra and the
+optimiser/schedule skeletons), ``run`` (the writing run's id) and ``sha256`` (of both and of every tensor).
+Safetensors because strangers send each other these files: nothing runs on loading, and PyTorch, JAX and the
+Hugging Face tools open it directly. The digest proves integrity, not origin, so the reader checks every field
+(``checkpoint_checks``) before it reads a tensor; the writer runs the same checks, so a run never saves what it
+cannot read."""
 
 from __future__ import annotations
 
@@ -28,14 +24,13 @@ import numpy
 import safetensors
 import safetensors.numpy
 
-from minitransformer import backend, budget
+from minitransformer import backend
 from minitransformer.checks import positive_int
 from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.kit.running import files
 
 TEMP_SUFFIX, FORMAT_NAME, FORMAT_VERSION = files.TEMP_SUFFIX, checks.FORMAT_NAME, checks.FORMAT_VERSION
 check_config = checks.check_config                                                      # public here too
-parameter_count = budget.parameter_count
 SUFFIX = ".safetensors"
 LATEST = "checkpoint" + SUFFIX
 _STEP_FILE = re.compile(r"^checkpoint-(\d+)\.safetensors$")
@@ -126,9 +121,8 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
 
 def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0,
                     batch: int = 0, rng=None, config=None, tokenizers=None, extra=None, run=None) -> str:
-    """Write one checkpoint file atomically -> its path. weights: ``model.state_dict()``; optimizer, scheduler:
-    their ``state_dict()``; epoch, batch: the data position; rng: ``backend.get_rng_state()``; config,
-    tokenizers, extra: JSON-able dicts; run: the run's id."""
+    """Write one checkpoint file atomically -> its path. weights, optimizer, scheduler: ``state_dict()``s; epoch,
+    batch: the data position; rng: ``backend.get_rng_state()``; config, tokenizers, extra: JSON-able dicts."""
     data = pack_checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch,
                            batch=batch, rng=rng, config=config, tokenizers=tokenizers, extra=extra, run=run)
     files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
@@ -141,13 +135,9 @@ def _write_file(f, data: bytes) -> None:
 
 
 def load_checkpoint(path) -> Checkpoint:
-    """Read and check one checkpoint file -> a ``Checkpoint``. Anything ``checkpoint_checks`` refuses, a wrong
-    digest or a NaN/inf float is a one-line ValueError naming the file and the field, the header's checks made
-    before any tensor is read."""
+    """Read and check one checkpoint file -> a ``Checkpoint``; whatever ``checkpoint_checks`` refuses, a wrong
+    digest or a NaN/inf float is a one-line ValueError naming the file and the field."""
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"checkpoint {path} is a folder, not a file (did you mean "
-                                f"{os.path.join(path, LATEST)}?)")
     with files.open_regular(path, "checkpoint") as f:
         size = os.fstat(f.fileno()).st_size
         metadata, specs = checks.read_header(path, f, size)
@@ -182,27 +172,15 @@ def restore(meta: dict, tensors: dict) -> dict:
 
 
 def run_of(path) -> str | None:
-    """The id of the run that wrote a checkpoint, from its header alone (None: no id, or no readable header)."""
+    """The id of the run that wrote a checkpoint, from its header alone (None: no id, no file, no readable header)."""
     try:
         with files.open_regular(path, "checkpoint") as f:
             return checks.read_header(os.fspath(path), f, os.fstat(f.fileno()).st_size)[0]["run"] or None
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError):                     # TypeError: no path (None)
         return None
 
 
-def resolve_checkpoint(path) -> str:
-    """A checkpoint file from a file or a run folder (-> folder/checkpoint.safetensors). Names the path if absent."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        candidate = os.path.join(path, LATEST)
-        if not os.path.exists(candidate):
-            refuse_old_format(path)
-            raise FileNotFoundError(f"no checkpoint in {path}: {candidate} does not exist")
-        return candidate
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    return path
-
+# ----------------------------------------------------------------------------- a run folder's checkpoints
 
 def step_of_file(path) -> int | None:
     """The step in a ``checkpoint-<step>.safetensors`` file name; None for any other name."""
@@ -220,35 +198,35 @@ def list_checkpoints(directory) -> list:
 
 
 def checkpoint_files(directory) -> list:
-    """Every checkpoint file a ``CheckpointManager`` writes that a folder holds: its step files (oldest first),
-    then checkpoint.safetensors. Empty if the folder does not exist."""
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        return []
+    """A folder's step files (oldest first), then its checkpoint.safetensors; empty if there is no such folder."""
     latest = os.path.join(directory, LATEST)
-    return list_checkpoints(directory) + ([latest] if os.path.isfile(latest) else [])
+    return list_checkpoints(directory) + [latest] * os.path.isfile(latest) if os.path.isdir(directory) else []
 
 
 def latest_checkpoint(directory) -> str | None:
     """The file to continue a folder's run from: checkpoint.safetensors, or, if that is missing (deleted by hand),
-    the newest step file; None if the folder holds neither (ValueError if it holds .npz checkpoints instead)."""
+    the newest step file; None if the folder holds neither (ValueError naming the converter if it holds .npz
+    checkpoints of an earlier version instead)."""
     found = checkpoint_files(directory)
-    if not found and os.path.isdir(directory):
-        refuse_old_format(directory)
+    if not found and os.path.isdir(directory) and any(OLD_NAME.match(name) for name in os.listdir(directory)):
+        raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
+                         f"once with `minitransformer convert {directory}` (the old files are kept)")
     return found[-1] if found else None
 
 
-def refuse_old_format(directory) -> None:
-    """A run folder of an earlier version holds checkpoint.npz files: name the command that converts them."""
-    if any(OLD_NAME.match(name) for name in os.listdir(directory)):
-        raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
-                         f"once with `minitransformer convert {directory}` (the old files are kept)")
+def resolve_checkpoint(path) -> str:
+    """A checkpoint file from a file or a run folder (its ``latest_checkpoint``); names the path if there is none."""
+    path = os.fspath(path)
+    file = latest_checkpoint(path) if os.path.isdir(path) else path
+    if file is None or not os.path.exists(file):
+        raise FileNotFoundError(f"no checkpoint in {path}" if file is None else f"checkpoint {path} does not exist")
+    return file
 
 
-def _of_run(files: list, run, folder: str, doing: str) -> list:
+def _of_run(paths: list, run, folder: str, doing: str) -> list:
     """The files written by ``run``; each other one is named on stderr (one line) and left out."""
     ours = []
-    for path in files:
+    for path in paths:
         other = run_of(path)
         if other == run:
             ours.append(path)
@@ -259,10 +237,11 @@ def _of_run(files: list, run, folder: str, doing: str) -> list:
 
 
 class CheckpointManager:
-    """Saves ``checkpoint-<step>.safetensors`` and the same bytes as ``checkpoint.safetensors``, atomically, and
-    keeps its run's last ``keep`` step files. Holds the folder's lock until ``close()`` or the process ends, and
-    deletes dead writers' temp files. Its run id is that of the folder's latest checkpoint (a resumed run), else
-    new; step files of other ids are never pruned nor averaged: each is named on stderr and left as it is."""
+    """Saves ``checkpoint-<step>.safetensors`` and the same bytes as ``checkpoint.safetensors`` (a file of its own,
+    never a link: copying a backup over it must not rewrite a step file), atomically, and keeps its run's last
+    ``keep`` step files. Holds the folder's lock until ``close()`` or the process ends, and deletes dead writers'
+    temp files. Its run id is that of the folder's latest checkpoint (a resumed run), else new; step files of other
+    ids are never pruned nor averaged: each is named on stderr and left as it is."""
 
     def __init__(self, directory, keep: int = 5):
         self.directory, self.run = os.fspath(directory), None
@@ -276,11 +255,9 @@ class CheckpointManager:
         return os.path.join(self.directory, LATEST)
 
     def save(self, step: int, **state) -> str:
-        """Write checkpoint-<step>.safetensors and checkpoint.safetensors (``state`` as for ``save_checkpoint``),
-        then delete this run's oldest step files beyond ``keep``. -> the latest's path."""
+        """Write both files (``state`` as for ``save_checkpoint``), then prune. -> the latest's path."""
         if self.run is None:
-            previous = latest_checkpoint(self.directory)
-            self.run = (run_of(previous) if previous else None) or secrets.token_hex(8)
+            self.run = run_of(latest_checkpoint(self.directory)) or secrets.token_hex(8)
         data = pack_checkpoint(step=step, run=self.run, **state)
         for path in (os.path.join(self.directory, f"checkpoint-{int(step)}{SUFFIX}"), self.latest):
             files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
@@ -302,13 +279,11 @@ def average_checkpoints(paths) -> OrderedDict:
         if loaded.run != first.run:
             raise ValueError(f"average_checkpoints: {path} was written by another run than {paths[0]} "
                              f"(run {loaded.run}, not {first.run}): the weights of different runs cannot be averaged")
-        if list(loaded.weights) != list(total):
-            raise ValueError(f"average_checkpoints: {path} holds other parameters than {paths[0]} "
+        shapes = [(k, v.shape) for k, v in loaded.weights.items()]
+        if shapes != [(k, v.shape) for k, v in total.items()]:
+            raise ValueError(f"average_checkpoints: {path} holds other parameters or shapes than {paths[0]} "
                              f"(different models cannot be averaged)")
         for k, v in loaded.weights.items():
-            if v.shape != total[k].shape:
-                raise ValueError(f"average_checkpoints: parameter {k!r} has shape {v.shape} in {path} "
-                                 f"but {total[k].shape} in {paths[0]}")
             total[k] += v
     return OrderedDict((k, (v / len(paths)).astype(first.weights[k].dtype)) for k, v in total.items())
 
@@ -321,6 +296,4 @@ def last_checkpoints(directory, n: int, up_to_step: int | None = None) -> list:
     found = [p for p in list_checkpoints(directory) if up_to_step is None or step_of_file(p) <= up_to_step]
     named = os.path.join(os.fspath(directory), f"checkpoint-{up_to_step}{SUFFIX}")
     reference = named if up_to_step is not None and os.path.isfile(named) else latest_checkpoint(directory)
-    if reference is None:
-        return []
-    return _of_run(found, run_of(reference), os.fspath(directory), "averaging")[-n:]
+    return [] if reference is None else _of_run(found, run_of(reference), os.fspath(directory), "averaging")[-n:]

@@ -1,10 +1,7 @@
-"""What a checkpoint file may hold: every check its reader makes, and its writer too (a file may come from anyone).
-
-``read_header``: the 8-byte header length, refused above ``limits.MAX_HEADER_BYTES`` unread, then each tensor's
-dtype, shape and size against the file; ``check_meta``: every metadata field and the config's sizes against the
-weights held, all before a tensor is read; ``check_finite``: the values read; ``check_state``: what is about to be
-loaded into a run, against the run's own state, in its dtype. Each refusal: a one-line ValueError naming the file
-and the field."""
+"""What a checkpoint file may hold, checked before it costs anything: the header (``read_header``, no tensor read),
+the metadata against the tensors and the config against the weights held (``check_meta``), the values read
+(``check_finite``), and what a resume would load against the run's own state (``check_resumable``). Each refusal is
+a one-line ValueError naming the file and the field; the bounds are ``minitransformer.limits``'."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ import numpy
 
 from minitransformer import limits
 from minitransformer.budget import parameter_count
+from minitransformer.config import TransformerConfig
 from minitransformer.kit.running import files
 from minitransformer.limits import CONFIG_CAPS, MAX_COUNT
 
@@ -25,6 +23,7 @@ DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "
           "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
 _FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
 _SECOND_MOMENT = re.compile(r"^v\.\d+$")   # Adam's running mean of squared gradients: never negative
+COUNTERS = ("train_seconds", "train_cpu_seconds", "tokens_seen", "skipped")    # a Trainer's, saved and resumed
 
 
 def check_sizes(where: str, meta_bytes: int, specs: dict) -> None:
@@ -37,7 +36,8 @@ def check_sizes(where: str, meta_bytes: int, specs: dict) -> None:
 
 
 def read_header(path: str, f, size: int) -> tuple:
-    """(metadata, {name: (dtype code, shape)}) of the open file, every size checked; no tensor read."""
+    """(metadata, {name: (dtype code, shape)}) of the open file, every size checked against the file's; the
+    header's length is refused above ``limits.MAX_HEADER_BYTES`` unread."""
     head = f.read(8)
     if head.startswith(b"PK\x03\x04"):
         raise ValueError(f"checkpoint {path} is in the .npz format of earlier versions: convert it once with "
@@ -46,7 +46,7 @@ def read_header(path: str, f, size: int) -> tuple:
     if len(head) < 8 or n > limits.MAX_HEADER_BYTES or 8 + n > size:
         raise ValueError(f"{where}: not a safetensors file, or truncated (its first 8 bytes announce a header of "
                          f"{n:,} bytes, the file has {size:,}; at most {limits.MAX_HEADER_BYTES:,}): refused unread")
-    header = files.parse_json(f.read(n), f"{where}: header", object_pairs_hook=no_duplicates)
+    header = files.parse_json(f.read(n), f"{where}: header", object_pairs_hook=_no_duplicates)
     metadata = header.pop("__metadata__", None) if isinstance(header, dict) else None
     if not isinstance(metadata, dict) or sorted(metadata) != ["minitransformer", "run", "sha256"] or \
             not all(isinstance(v, str) for v in metadata.values()) or len(metadata["run"]) > 64:
@@ -59,11 +59,12 @@ def read_header(path: str, f, size: int) -> tuple:
         if code not in DTYPES:
             raise ValueError(f"{where}: tensor {name!r:.60} holds {code!r:.20} values; a checkpoint holds only bool, "
                              f"integer and float arrays")
-        axes = isinstance(shape, list) and len(shape) <= limits.MAX_NDIM and all(is_count(d, 2 ** 62) for d in shape)
+        axes = isinstance(shape, list) and len(shape) <= limits.MAX_NDIM and all(_is_count(d, 2 ** 62) for d in shape)
         if not axes or math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS:               # (0, 2**62): no
-            raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no checkpoint tensor has")
+            raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no checkpoint tensor "
+                             f"has")
         nbytes = math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(is_count(o, size) for o in offsets) or \
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o, size) for o in offsets) or \
                 offsets[1] - offsets[0] != nbytes:
             raise ValueError(f"{where}: tensor {name!r:.60} claims {nbytes:,} bytes (shape {shape}, {code}) but its "
                              f"offsets {offsets!r:.60} say otherwise: refused before allocating")
@@ -74,19 +75,19 @@ def read_header(path: str, f, size: int) -> tuple:
     return metadata, specs
 
 
-def no_duplicates(pairs):
+def _no_duplicates(pairs):
     if len({k for k, _ in pairs}) != len(pairs):
         raise ValueError("a key appears twice")
     return dict(pairs)
 
 
-def is_count(value, top) -> bool:
+def _is_count(value, top) -> bool:
     return isinstance(value, (int, numpy.integer)) and not isinstance(value, bool) and 0 <= value <= top
 
 
 def count(value, what: str, where: str) -> int:
     """A step, epoch or position: an int in [0, MAX_COUNT]."""
-    if not is_count(value, MAX_COUNT):
+    if not _is_count(value, MAX_COUNT):
         raise ValueError(f"{where}: {what} must be an integer in [0, {MAX_COUNT:,}], got {value!r:.60}")
     return int(value)
 
@@ -148,8 +149,8 @@ def check_meta(where: str, meta, specs: dict) -> list:
         if not specs[name][0].startswith("F"):
             raise ValueError(f"{where}: weight {name[6:]!r} holds {DTYPES[specs[name][0]]} values; weights are floats")
     if meta["config"] is not None:
-        needed, stored = parameter_count(check_config(meta["config"], where)), sum(math.prod(specs[n][1])
-                                                                                   for n in weights)
+        needed = parameter_count(check_config(meta["config"], where))
+        stored = sum(math.prod(specs[n][1]) for n in weights)
         if needed > stored:
             raise ValueError(f"{where}: its config describes {needed:,} weights but the file holds {stored:,}: "
                              f"refused before building the model")
@@ -168,8 +169,6 @@ def check_finite(where: str, names: list, tensors: dict) -> None:
 def check_config(config, where: str):
     """The ``TransformerConfig`` of a config dict read from a file; ValueError naming ``where`` and the field for
     an invalid one or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS``."""
-    from minitransformer.config import TransformerConfig
-
     if not isinstance(config, dict):
         raise ValueError(f"{where}: config must be an object, got {type(config).__name__}")  # noqa: TRY004
     for name, cap in CONFIG_CAPS.items():
@@ -185,6 +184,14 @@ def check_config(config, where: str):
         raise ValueError(f"{where}: config max_len * d_model = {cfg.max_len * cfg.d_model:,} is beyond the sizes "
                          f"this project supports (at most {limits.MAX_POSITIONS:,} positional-table entries)")
     return cfg
+
+
+def full_config(config):
+    """A config dict with every field's default filled in (older checkpoints lack d_k, positional); else as it is."""
+    try:
+        return TransformerConfig.from_dict(config).to_dict()
+    except (TypeError, ValueError):
+        return config
 
 
 def check_state(path, what: str, state, template) -> None:
@@ -232,3 +239,53 @@ def check_state(path, what: str, state, template) -> None:
                              f"got {state!r:.60}")
     elif template is None and state is not None:
         raise ValueError(f"{where} must be null, got {type(state).__name__}")
+
+
+def check_resumable(trainer, ck) -> dict:
+    """Refuse (ValueError naming the file and the field) a checkpoint ``trainer`` cannot continue exactly: another
+    config, or any state unfit for this run's ``state_dict()``s; all checked before anything loads, so a refused
+    resume changes nothing. -> the training state."""
+    path, state = ck.path, ck.extra.get("trainer")
+    saved, ours = full_config(ck.config), full_config(trainer.config)
+    if saved is not None and ours is not None and saved != ours:
+        changed = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
+        raise ValueError(f"Trainer.resume: checkpoint {path} was trained with another model config "
+                         f"(differs in {changed}); build the model from the checkpoint's config to resume")
+    for absent, what in ((state is None, "training state (was it written by Trainer?)"),
+                         (ck.optimizer is None, "optimiser state"),
+                         (trainer.scheduler is not None and ck.scheduler is None,
+                          "scheduler state, and this run has a scheduler")):
+        if absent:
+            raise ValueError(f"Trainer.resume: checkpoint {path} holds no {what}")
+    check_state(path, "weights", ck.weights, {name: p.data for name, p in trainer.model.named_parameters()})
+    check_state(path, "optimizer", ck.optimizer, {**trainer.optimizer.state_dict(), "lr": 0.0})      # lr: any rate >= 0
+    if trainer.scheduler is not None:
+        check_state(path, "scheduler", ck.scheduler, trainer.scheduler.state_dict())
+        for key, value in ck.scheduler.items():
+            if key != "step" and isinstance(value, (int, float)) and not value > 0:
+                raise ValueError(f"checkpoint {path}: scheduler[{key!r}] must be positive, got {value}")
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {path}: the training state must be an object, "  # noqa: TRY004
+                         f"got {type(state).__name__}")
+    state = {"train_cpu_seconds": 0.0, **state}                     # a field that older checkpoints lack
+    for key in ("data", "history", "valid_history", "train_seconds", "tokens_seen", "skipped"):
+        if key not in state:
+            raise ValueError(f"checkpoint {path} is missing the training state's {key!r}")
+    check_state(path, "the training state's data position", state["data"], trainer.train_data.state_dict())
+    if hasattr(trainer.train_data, "__len__") and state["data"].get("position", 0) > len(trainer.train_data):
+        raise ValueError(f"checkpoint {path}: the data position {state['data']['position']} is beyond the "
+                         f"{len(trainer.train_data)} batches of an epoch of this run's data")
+    # tokens_seen as a number, not a count: a long run reads more tokens than limits.MAX_COUNT
+    check_state(path, "the training state", {k: state[k] for k in COUNTERS}, dict(zip(COUNTERS, (0.0, 0.0, 0.0, 0))))
+    for key, width in (("history", 4), ("valid_history", 3)):
+        rows = state[key]
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == width and all(map(_number, r))
+                                                 and type(r[0]) is int and 0 <= r[0] <= MAX_COUNT for r in rows):
+            raise ValueError(f"checkpoint {path}: the training state's {key} must be a list of [{width} numbers] rows, "
+                             f"a step first")
+    return state
+
+
+def _number(value) -> bool:
+    """A JSON number that converts to a float (NaN and infinity included: a history may hold them)."""
+    return isinstance(value, float) or (type(value) is int and abs(value) <= 2 ** 53)

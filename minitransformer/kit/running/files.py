@@ -1,13 +1,7 @@
 """Files from elsewhere, and files written so that neither a crash nor a planted link can do harm.
 
-Students download checkpoints and run folders from classmates, so every file read may be crafted and every folder
-written may hold traps. ``open_regular`` refuses anything but a regular file, checked on the opened descriptor (a
-FIFO would block forever, /dev/zero never ends). ``atomic_write``: temp file in the same folder, fsync,
-``os.replace``, fsync the folder, so a kill, a full disk or a size limit leave the old file whole; a destination
-that is a symbolic link is refused (a metrics.json pointing at ~/.bashrc). ``parse_json`` refuses nesting deeper
-than ``MAX_JSON_DEPTH`` (else a RecursionError thousands of lines long). ``lock_folder``: one run per folder, an
-exclusive ``flock`` on the folder itself that the OS releases however the process ends; a killed writer's temp
-files are deleted only when named exactly as ``atomic_write`` names them and their process is gone.
+Students swap checkpoints and run folders, so any file read may be crafted and any folder written may hold traps: a
+FIFO that blocks forever, a metrics.json linked to ~/.bashrc, JSON nested until the parser overflows its stack.
 """
 
 from __future__ import annotations
@@ -30,11 +24,11 @@ _TEMP_NAME = re.compile(r"^\.(?:minitransformer|checkpoint)-(\d{1,10})-[0-9a-f]{
 
 def open_regular(path, what: str):
     """``path`` opened for binary reading if it is a regular file (or a link to one), else an error naming
-    ``what`` ("checkpoint", ...) and the path (FileNotFoundError and PermissionError keep their types)."""
+    ``what`` ("checkpoint", ...) and the path. The type is checked on the opened descriptor, opened without
+    blocking: a FIFO would wait forever for a writer, /dev/zero never ends."""
     path = os.fspath(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
-        fd = os.open(path, flags)         # O_NONBLOCK: opening a FIFO returns at once instead of waiting
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {path} does not exist") from None
     except PermissionError:
@@ -69,38 +63,62 @@ def check_writable(path, what: str = "file") -> None:
         raise ValueError(f"{path} exists and is not a regular file: refusing to write the {what} there")
 
 
-def create_temp(directory: str):
-    """(fd, path) of a new temp file in ``directory``: mode 0o666 minus the umask (``mkstemp``'s 0o600 would stay
-    with the renamed file); O_EXCL: never an existing file, nor through a planted link (the name is random)."""
-    tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{TEMP_SUFFIX}")
-    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
-
-
 def remove_quietly(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
 
 
-def _process_alive(pid: int) -> bool:
+def atomic_write(path, write, what: str = "file") -> None:
+    """Make ``path`` the bytes ``write(f)`` puts into an open binary file: always the old file or the whole new
+    one, whatever kills the write (temp file in the same folder, fsync, ``os.replace``, fsync the folder). The temp
+    file: mode 0o666 less the umask (``mkstemp``'s 0o600 would stay with the renamed file), O_EXCL so that it is
+    never an existing file or a planted link; removed on failure, by ``remove_stale_temps`` after a SIGKILL."""
+    path = os.fspath(path)
+    check_writable(path, what)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"cannot write {path}: the folder {directory} does not exist")
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{TEMP_SUFFIX}")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):       # another user's process; a pid no system has: keep the file
-        return True
-    return True
+        with os.fdopen(fd, "w+b") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    if os.name != "nt":                 # make the rename durable (Windows can neither open a folder nor needs to)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_json(path, obj, what: str = "file") -> None:
+    """``obj`` as indented JSON (UTF-8), written atomically."""
+    data = json.dumps(obj, indent=2).encode("utf-8")
+    atomic_write(path, lambda f: f.write(data), what)
 
 
 def remove_stale_temps(directory) -> None:
-    """Delete the regular files named exactly as ``create_temp`` names them whose process no longer exists."""
+    """Delete the regular files named exactly as ``atomic_write`` names its temp files whose process is gone."""
     if os.name == "nt":  # pragma: no cover - no cheap check whether a process lives: keep the files
         return
     for name in os.listdir(directory):
         match = _TEMP_NAME.match(name)
-        if match and int(match.group(1)) != os.getpid() and not _process_alive(int(match.group(1))):
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:                 # its writer is gone
             path = os.path.join(directory, name)
             if stat.S_ISREG(os.lstat(path).st_mode):
                 remove_quietly(path)
+        except (PermissionError, OverflowError):   # another user's process; a pid no system has: kept
+            pass
 
 
 _LOCKS: dict = {}                 # (device, inode) of a folder -> [open descriptor, holders in this process]
@@ -108,9 +126,9 @@ _LOCKS_GUARD = threading.Lock()
 
 
 def lock_folder(directory, what: str = "run folder"):
-    """Take ``directory``'s exclusive lock -> a function that releases it (call it once: ``weakref.finalize`` it);
-    ValueError naming the folder if another process holds it. Shared within one process (a second ``Trainer`` resuming a run it just stopped is the same
-    owner). Without ``flock`` (Windows) nothing is locked."""
+    """Take ``directory``'s exclusive ``flock``, which the OS releases however the process ends -> a function
+    that releases it (call it once); ValueError naming the folder if another process holds it. Shared within one
+    process (a second ``Trainer`` resuming the run it just stopped is the same owner). Windows: no lock."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -142,59 +160,19 @@ def lock_folder(directory, what: str = "run folder"):
     return release
 
 
-def atomic_write(path, write, what: str = "file") -> None:
-    """Make ``path`` the bytes ``write(f)`` puts into an open binary file: always the old file or the whole new
-    one. On failure the temp file is removed (after a SIGKILL, ``remove_stale_temps`` deletes it)."""
-    path = os.fspath(path)
-    check_writable(path, what)
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"cannot write {path}: the folder {directory} does not exist")
-    fd, tmp = create_temp(directory)
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        remove_quietly(tmp)
-        raise
-    if os.name != "nt":                 # make the rename durable (Windows can neither open a folder nor needs to)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_json(path, obj, what: str = "file") -> None:
-    """``obj`` as indented JSON (UTF-8), written atomically."""
-    data = json.dumps(obj, indent=2).encode("utf-8")
-    atomic_write(path, lambda f: f.write(data), what)
-
-
-def json_depth(obj) -> int:
-    """How deeply lists and dicts nest in ``obj`` (a scalar: 0), without recursion."""
-    deepest, stack = 0, [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 def parse_json(text, where: str, max_depth: int = MAX_JSON_DEPTH, **options):
     """json.loads, refusing bad JSON and nesting deeper than ``max_depth`` (ValueError naming ``where``)."""
+    too_deep = f"{where}: JSON nested too deeply (more than {max_depth} levels)"
     try:
         obj = json.loads(text, **options)
     except RecursionError:
-        raise ValueError(f"{where}: JSON nested too deeply (more than {max_depth} levels)") from None
+        raise ValueError(too_deep) from None
     except (ValueError, TypeError) as err:            # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ValueError(f"{where}: not valid JSON ({err})") from None
-    if json_depth(obj) > max_depth:
-        raise ValueError(f"{where}: JSON nested too deeply (more than {max_depth} levels)")
+    level, nodes = 0, [obj]
+    while nodes := [n for n in nodes if isinstance(n, (dict, list))]:       # one level at a time: no recursion
+        level += 1
+        if level > max_depth:
+            raise ValueError(too_deep)
+        nodes = [c for n in nodes for c in (n.values() if isinstance(n, dict) else n)]
     return obj

@@ -28,8 +28,7 @@ def tier(reference: bool) -> tuple:
     subclasses, imported on first use)."""
     if reference:
         return Transformer, CrossEntropyLoss, Adam
-    from minitransformer import fast
-
+    fast = importlib.import_module("minitransformer.fast")
     return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
 
 
@@ -43,7 +42,8 @@ def choose_blas_threads(config, workers: int = 1) -> dict:
     """Set the BLAS threads, unless OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) chose: one with several workers
     (they keep the cores busy), else by the width. -> {"blas_threads": count or None, "blas_threads_set_by": who}"""
     count, why = use_blas_threads(1 if workers > 1 or config.d_model < ONE_BLAS_THREAD_BELOW else None)
-    set_by = {"chosen": "minitransformer", "default": "the BLAS default", "unknown": "unknown (no BLAS threadpoolctl can set)"}
+    set_by = {"chosen": "minitransformer", "default": "the BLAS default",
+              "unknown": "unknown (no BLAS threadpoolctl can set)"}
     return {"blas_threads": count, "blas_threads_set_by": set_by.get(why, why)}
 
 
@@ -132,7 +132,7 @@ def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: flo
 
     def finite(pairs):
         pairs = [(s, v) for s, v in pairs if math.isfinite(v)]
-        return (numpy.array([s for s, _ in pairs], float), numpy.array([v for _, v in pairs], float)) if pairs else None
+        return tuple(numpy.array(pairs, float).T) if pairs else None          # (steps (n,), values (n,))
 
     steps, losses = (numpy.array([h[i] for h in trainer.history], dtype=float) for i in (0, 1))   # (n,) each
     valid = finite([(s, v) for s, v, _ in trainer.valid_history])

@@ -4,6 +4,8 @@ percent), those with the options typed (``task_settings``), and the check of the
 
 from __future__ import annotations
 
+import textwrap
+
 from minitransformer import limits
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 
@@ -80,14 +82,10 @@ def defaults_table() -> str:
     for task, d in TASK_DEFAULTS.items():
         model = {names.get(k): v for k, v in d["model"].items() if k != "num_decoder_layers"}
         options = {"preset": d["preset"], **model, **{k: v for k, v in d.items() if k not in ("preset", "model")}}
-        line = f"  {task:<9}"
-        for text in (f"--{k.replace('_', '-')} {v}" for k, v in options.items() if v is not None):
-            if len(line) + len(text) > 110:
-                lines.append(line)
-                line = " " * 11
-            line += " " + text
-        lines.append(line)
-    return "\n".join(lines)
+        text = " ".join(f"--{k.replace('_', '-')}\xa0{v}" for k, v in options.items() if v is not None)
+        lines.append(textwrap.fill(text, 110, initial_indent=f"  {task:<9} ", subsequent_indent=" " * 12,
+                                   break_on_hyphens=False))              # nor inside an option, at its \xa0
+    return "\n".join(lines).replace("\xa0", " ")
 
 
 _CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": ("sinusoidal", "learned")}
@@ -98,11 +96,6 @@ MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers", "d_v")
 # Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1), scored
 # on their last model (average 1).
 OPTIONAL_SAVED = {"reference": False, "workers": 1, "average": 1}
-
-
-def saved_setting_names(task: str) -> set:
-    """The settings a `train --task <task>` run saves."""
-    return set(task_settings(task))
 
 
 def _expected(name: str, value):
@@ -122,7 +115,7 @@ def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
     if not isinstance(saved, dict):
         raise ValueError(f"{where}: settings must be an object, got {type(saved).__name__}")  # noqa: TRY004
     if complete:
-        missing = sorted(saved_setting_names(task) - set(saved) - set(OPTIONAL_SAVED))
+        missing = sorted(set(task_settings(task)) - set(saved) - set(OPTIONAL_SAVED))
         if missing:
             raise ValueError(f"{where} is missing settings.{missing[0]}"
                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))

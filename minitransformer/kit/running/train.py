@@ -4,8 +4,7 @@ many steps evaluate and save; stop at the first limit reached.
 Exact resume: a run killed at any moment and resumed from its last checkpoint computes the same steps, to the bit on
 the CPU, as the run never stopped: the checkpoint holds every input of a later step (weights, optimiser moments,
 counts, the data position, the random generators); evaluation draws no random numbers and time limits decide only
-where a run stops. A non-finite loss or gradient stops the run before the update, and nothing is saved after it.
-"""
+where a run stops. A non-finite loss or gradient stops the run before the update, and nothing is saved after it."""
 
 from __future__ import annotations
 
@@ -21,11 +20,9 @@ from minitransformer import backend
 from minitransformer.checks import one_of, positive_int, positive_number
 from minitransformer.kit.data.batching import ResumableBatches
 from minitransformer.kit.running import checkpoint
-from minitransformer.kit.running.resume import check_resumable, full_config  # noqa: F401 (full_config: cli's)
+from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.limits import MAX_HISTORY
 from minitransformer.optim import clip_grad_norm
-
-ON_NONFINITE = ("stop", "skip")
 
 
 class Trainer:
@@ -48,13 +45,13 @@ class Trainer:
                  on_nonfinite: str = "stop", progress: bool = True, config: dict | None = None,
                  tokenizers: dict | None = None, extra: dict | None = None, max_skips: int = 100,
                  metric_name: str = "metric", metric_format=None, parallel=None):
+        counts = {"max_steps": max_steps, "max_epochs": max_epochs, "eval_every": eval_every, "save_every": save_every}
         self.max_steps, self.max_epochs, self.eval_every, self.save_every = (
-            None if value is None else positive_int("Trainer", name, value) for name, value in
-            (("max_steps", max_steps), ("max_epochs", max_epochs), ("eval_every", eval_every), ("save_every", save_every)))
+            None if value is None else positive_int("Trainer", name, value) for name, value in counts.items())
         self.clip_norm, self.max_seconds = (None if value is None else positive_number("Trainer", name, value)
                                             for name, value in (("clip_norm", clip_norm), ("max_seconds", max_seconds)))
         self.max_skips = positive_int("Trainer", "max_skips", max_skips)
-        one_of("Trainer", "on_nonfinite", on_nonfinite, ON_NONFINITE)
+        one_of("Trainer", "on_nonfinite", on_nonfinite, ("stop", "skip"))
         if max_steps is None and max_epochs is None and max_seconds is None:
             raise ValueError("Trainer: give at least one of max_steps, max_epochs, max_seconds (when to stop)")
         if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
@@ -82,8 +79,8 @@ class Trainer:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_data, self.valid_data = train_data, None if valid_data is None else list(valid_data)
         self.metric_fn, self.target, self.metric_name = metric_fn, target, metric_name
-        self.metric_format = metric_format or "{:.4f}".format
-        self.on_nonfinite, self.progress, self.parallel = on_nonfinite, progress, parallel
+        self.metric_format, self.on_nonfinite = metric_format or "{:.4f}".format, on_nonfinite
+        self.progress, self.parallel = progress, parallel
         self.config, self.tokenizers, self.extra = config, dict(tokenizers or {}), dict(extra or {})
         self.checkpoints = None if checkpoint_dir is None else checkpoint.CheckpointManager(checkpoint_dir, keep)
         self._checkpoint_dir_is_ours = False   # True once this trainer resumed from checkpoint_dir or saved there
@@ -93,10 +90,14 @@ class Trainer:
         self.train_seconds = self.train_cpu_seconds = 0.0    # wall-clock and CPU time in steps (not evaluation)
         self.last_saved_step = self.stop_reason = None
 
-    # ------------------------------------------------------------------------------------- the loop
     def fit(self) -> dict:
         """Train until a stop condition, evaluating and saving on the way, then save. Returns ``summary()``."""
-        bar = self._begin()
+        self._claim_checkpoint_dir()                     # before any step: a refused run changes nothing
+        self.model.train()
+        self._skips_in_a_row, self._smooth, self._started = 0, None, time.perf_counter()
+        self.stop_reason = self._done()
+        bar = tqdm(total=self.max_steps, initial=self.step, disable=not self.progress, unit="step",
+                   dynamic_ncols=True, leave=True, mininterval=0.5)
         try:
             while self.stop_reason is None:
                 epoch = self.train_data.epoch
@@ -145,14 +146,6 @@ class Trainer:
             self.save()
         return self.summary()
 
-    def _begin(self):
-        self._claim_checkpoint_dir()                     # before any step: a refused run changes nothing
-        self.model.train()
-        self._skips_in_a_row, self._smooth, self._started = 0, None, time.perf_counter()
-        self.stop_reason = self._done()
-        return tqdm(total=self.max_steps, initial=self.step, disable=not self.progress, unit="step",
-                    dynamic_ncols=True, leave=True, mininterval=0.5)
-
     def _record(self, loss: float, tokens: int, clock: tuple, bar) -> None:
         seconds = time.perf_counter() - clock[0]
         self.train_seconds += seconds
@@ -166,13 +159,10 @@ class Trainer:
         bar.set_postfix(loss=f"{self._smooth[0]:.3f}", tok_s=f"{self._smooth[1]:,.0f}", lr=f"{lr:.2e}", refresh=False)
 
     def _done(self) -> str | None:
-        if self.max_steps is not None and self.step >= self.max_steps:
-            return "max_steps"
-        if self.max_epochs is not None and self.train_data.epoch >= self.max_epochs:
-            return "max_epochs"
-        if self.max_seconds is not None and time.perf_counter() - self._started >= self.max_seconds:
-            return "max_seconds"
-        return None
+        """The first limit reached (the stop reason), or None."""
+        reached = {"max_steps": (self.step, self.max_steps), "max_epochs": (self.train_data.epoch, self.max_epochs),
+                   "max_seconds": (time.perf_counter() - self._started, self.max_seconds)}
+        return next((reason for reason, (now, limit) in reached.items() if limit is not None and now >= limit), None)
 
     def _nonfinite(self, what: str, value: float, loss: float | None = None) -> None:
         if self.on_nonfinite == "skip":
@@ -188,7 +178,6 @@ class Trainer:
             f"The optimiser step was not taken and {kept}. Try a lower learning rate, gradient clipping "
             f"(clip_norm), or on_nonfinite='skip'.")
 
-    # ------------------------------------------------------------------------------------- evaluation
     def validation_loss(self) -> float:
         """Mean loss over every non-pad target token of valid_data, in eval mode (no dropout)."""
         if not self.valid_data:
@@ -224,7 +213,8 @@ class Trainer:
         parts = [f"step {self.step}"]
         if math.isfinite(valid_loss):
             smoothing = getattr(self.loss_fn, "label_smoothing", 0.0)    # the loss the run minimises, said so
-            parts.append(f"valid loss {valid_loss:.4f}" + (f" (with label smoothing {smoothing:g})" if smoothing else ""))
+            said = f" (with label smoothing {smoothing:g})" if smoothing else ""
+            parts.append(f"valid loss {valid_loss:.4f}{said}")
         if math.isfinite(metric):
             parts.append(f"{self.metric_name} {self.metric_format(metric)}")
         write("  ".join(parts))                                  # with or without the progress bar
@@ -251,13 +241,11 @@ class Trainer:
                 "tokens_per_second": self.tokens_seen / self.train_seconds if self.train_seconds > 0 else 0.0,
                 "stop_reason": self.stop_reason}
 
-    # ------------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict:
         """The keyword arguments of ``save_checkpoint`` for the run as it is now."""
         data = self.train_data.state_dict()
-        trainer = {"data": data, "history": [list(h) for h in self.history], "skipped": self.skipped,
-                   "valid_history": [list(v) for v in self.valid_history], "train_seconds": self.train_seconds,
-                   "train_cpu_seconds": self.train_cpu_seconds, "tokens_seen": self.tokens_seen}
+        trainer = {"data": data, **{k: getattr(self, k) for k in checks.COUNTERS},
+                   **{k: [list(row) for row in getattr(self, k)] for k in ("history", "valid_history")}}
         return {"weights": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
                 "epoch": data.get("epoch", 0), "batch": data.get("position", 0), "rng": backend.get_rng_state(),
@@ -288,11 +276,8 @@ class Trainer:
     def resume(self, path) -> None:
         """Restore the whole run from a checkpoint (a file, or a run folder's latest) to continue exactly; a refused
         file (ValueError naming the file and the field) changes nothing."""
-        found = checkpoint.latest_checkpoint(path) if os.path.isdir(path) else path
-        if found is None:
-            raise FileNotFoundError(f"Trainer.resume: no checkpoint in {path}")
-        ck = checkpoint.load_checkpoint(found)
-        state = check_resumable(self, ck)
+        ck = checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(path))
+        state = checks.check_resumable(self, ck)
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
                 backend.set_rng_state(ck.rng)
@@ -305,9 +290,10 @@ class Trainer:
         self.train_data.load_state_dict(state["data"])
         self.step = self.last_saved_step = ck.step
         self.history, self.valid_history = ([tuple(r) for r in state[k]] for k in ("history", "valid_history"))
-        self.train_seconds, self.train_cpu_seconds = float(state["train_seconds"]), float(state["train_cpu_seconds"])
-        self.tokens_seen, self.skipped = int(state["tokens_seen"]), int(state["skipped"])
-        if self.checkpoints is not None and os.path.samefile(os.path.dirname(ck.path) or ".", self.checkpoints.directory):
+        for key in checks.COUNTERS:
+            setattr(self, key, type(getattr(self, key))(state[key]))           # float seconds, int counts
+        if self.checkpoints is not None and os.path.samefile(os.path.dirname(ck.path) or ".",
+                                                             self.checkpoints.directory):
             self._checkpoint_dir_is_ours = True                       # resumed from checkpoint_dir: its files are ours
         self.model.train()
 
@@ -316,6 +302,7 @@ class Trainer:
 # HISTORY_ROWS rows a history keeps only rows on a doubling stride (the curve still spans the run evenly) and the
 # newest RECENT_ROWS. The rule reads only the rows and the step, so a resumed run keeps the very same rows.
 HISTORY_ROWS, RECENT_ROWS = MAX_HISTORY, 50
+full_config = checks.full_config                                 # the command line's too
 
 
 def _stride(step, every: int) -> int:                            # in steps, for rows written every ``every``

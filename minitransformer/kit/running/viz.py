@@ -1,7 +1,6 @@
-"""Figures for the notebooks and the command line: attention maps, masks, positional encoding, learning-rate
-schedules, loss curves, gradient-check errors and the sqrt(d_k) histograms. Each returns a matplotlib ``Figure`` on
-an Agg canvas (no pyplot state, no GUI; a notebook shows it inline), from NumPy or backend arrays. Attention uses the
-fixed scale 0..1, so panels compare by colour; token labels read as words; log axes carry plain numbers."""
+"""Figures for the notebooks and the command line, each a matplotlib ``Figure`` on an Agg canvas (no pyplot state,
+no GUI; a notebook shows it inline) drawn from NumPy or backend arrays. Attention uses the fixed scale 0..1, so
+panels compare by colour; token labels read as words; log axes carry plain numbers."""
 
 from __future__ import annotations
 
@@ -62,15 +61,21 @@ def _label_axis(ax, axis: str, labels, n: int, limit: int, name: str, fontsize: 
 
 
 class _PlainLogFormatter(LogFormatter):
-    """Log-axis tick labels as plain numbers ("0.5", "2", "6")."""
+    """Log-axis tick labels as plain numbers ("0.5", "2", "6"), not "6 x 10^0"."""
     def _num_to_string(self, x, vmin, vmax):
         return f"{x:g}"
 
 
-def _log_y(ax) -> None:
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(_PlainLogFormatter())
-    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+def _finish(ax, title, xlabel, ylabel, *, logy: bool = False, legend: bool = True) -> None:
+    """A line plot's axis titles, grid, legend and (logy) log scale with plain numbers."""
+    if logy:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_PlainLogFormatter())
+        ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=9)
 
 
 def attention_heatmap(weights, x_labels=None, y_labels=None, title=None, ax=None, *, colorbar: bool = True,
@@ -112,10 +117,8 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: st
     panels = [(layer, h) for layer in range(L) for h in range(H)]
     n_cols = min(H, 4) if single else H
     n_rows = math.ceil(len(panels) / n_cols)
-    panel_w, panel_h = min(3.2, max(1.8, 0.16 * Tk + 0.5)), min(3.2, max(1.8, 0.16 * Tq + 0.5))   # inches
-    shrink = min(1.0, 16.0 / (n_cols * panel_w))                         # wide grids within about 16 inches
-    fig, axes = _figure(n_cols * max(1.4, panel_w * shrink) + 1.4, n_rows * max(1.4, panel_h * shrink) + 1.5,
-                        n_rows, n_cols, squeeze=False)
+    side = max(1.4, min(3.2, 0.16 * max(Tq, Tk) + 0.5, 16.0 / n_cols))   # inches: wide grids within ~16 inches
+    fig, axes = _figure(n_cols * side + 1.4, n_rows * side + 1.5, n_rows, n_cols, squeeze=False)
     axes = axes.ravel()
     for ax in axes[len(panels):]:
         ax.remove()                                      # the spare cells of a last row that heads do not fill
@@ -133,7 +136,7 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: st
 
 
 def _mask_image(mask, name: str, where: str) -> tuple[numpy.ndarray, str]:
-    """(image, row name) of a mask (Tq, Tk) with leading axes of size 1, or padding (B, 1, 1, Tk): a row per sentence."""
+    """(image, row name) of a mask (Tq, Tk) with leading axes of size 1, or padding (B, 1, 1, Tk): a row a sentence."""
     m = _host(mask)
     if m.ndim == 4 and m.shape[1:3] == (1, 1):
         image, rows = m[:, 0, 0], "sentence in batch"                     # (B, Tk): the same for every query
@@ -198,8 +201,6 @@ def positional_encoding_heatmap(pe, title=None) -> Figure:
     fig, ax = _figure(8.0, 4.5)
     im = ax.imshow(table, cmap=CMAP, vmin=min(-1.0, table.min()), vmax=max(1.0, table.max()), aspect="auto",
                    interpolation="nearest")
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
     ax.set(xlabel=f"dimension i (d_model = {D})", ylabel="position pos",
            title=title if title is not None else f"Positional encoding, {T} positions x {D} dimensions")
     fig.colorbar(im, ax=ax, label="PE(pos, i)")
@@ -218,11 +219,9 @@ def positional_encoding_curves(pe, dims=(4, 5, 6, 7), title=None, *, sinusoidal:
     fig, ax = _figure(8.0, 3.8)
     for j, d in enumerate(dims):
         kind = (" (sin)" if d % 2 == 0 else " (cos)") if sinusoidal else ""
-        ax.plot(numpy.arange(len(table)), table[:, d], ["-", "--", "-.", ":"][j % 4], linewidth=1.8,
-                label=f"dim {d}{kind}")
-    ax.set(xlabel="position pos", ylabel="PE(pos, dim)",
-           title=title if title is not None else "Positional encoding across positions")
-    ax.grid(alpha=0.3)
+        ax.plot(numpy.arange(len(table)), table[:, d], ["-", "--", "-.", ":"][j % 4], label=f"dim {d}{kind}")
+    _finish(ax, title if title is not None else "Positional encoding across positions", "position pos",
+            "PE(pos, dim)", legend=False)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     return fig
 
@@ -252,11 +251,7 @@ def lr_schedule(lrs, title=None, *, logy: bool = False) -> Figure:
     peak = int(numpy.argmax(values))
     ax.plot(steps[peak], values[peak], "o", color=_VIRIDIS(0.75), markersize=7,
             label=f"peak {values[peak]:.3g} at step {steps[peak]:g}")
-    if logy:
-        _log_y(ax)
-    ax.set(xlabel="step", ylabel="learning rate", title=title if title is not None else "Learning-rate schedule")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=9)
+    _finish(ax, title if title is not None else "Learning-rate schedule", "step", "learning rate", logy=logy)
     return fig
 
 
@@ -266,8 +261,7 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
     (metric, e.g. BLEU). Each: a list (steps 1..n), a dict step -> value or a pair (steps, values)."""
     steps, values = _series(train, "train", "loss_curves")               # (n,), (n,)
     fig, axes = _figure(7.0 if metric is None else 11.0, 3.8, 1, 1 if metric is None else 2, squeeze=False, sharex=True)
-    ax = axes[0, 0]
-    n = len(values)
+    ax, n = axes[0, 0], len(values)
     if n >= 100:
         window = max(2, n // 25)
         mean = numpy.convolve(values, numpy.ones(window) / window, mode="valid")     # (n - window + 1,)
@@ -276,22 +270,16 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
     else:
         ax.plot(steps, values, color=_VIRIDIS(0.3), linewidth=2, marker="." if n <= 30 else None, label="train")
     if valid is not None:
-        ax.plot(*_series(valid, "valid", "loss_curves"), "o-", color=_VIRIDIS(0.75), linewidth=2, markersize=5,
-                label="valid")
-    if logy:
-        _log_y(ax)
-    ax.set(xlabel=xlabel, ylabel="loss", title=title if title is not None else "Loss")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=9)
+        ax.plot(*_series(valid, "valid", "loss_curves"), "o-", color=_VIRIDIS(0.75), linewidth=2, label="valid")
+    _finish(ax, title if title is not None else "Loss", xlabel, "loss", logy=logy)
     if metric is not None:
         at, scores = _series(metric, "metric", "loss_curves")            # (m,), (m,)
         score_ax = axes[0, 1]
-        score_ax.plot(at, scores, "o-", color=_VIRIDIS(0.55), linewidth=2, markersize=5)
+        score_ax.plot(at, scores, "o-", color=_VIRIDIS(0.55), linewidth=2)
         score_ax.annotate(f"{scores[-1]:.4g}", (at[-1], scores[-1]), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=9)                       # the last value, where the run ended
-        score_ax.set(xlabel=xlabel, ylabel=metric_name, title=f"{metric_name} at each evaluation")
         score_ax.margins(y=0.15)                                         # room above the last value's label
-        score_ax.grid(alpha=0.3)
+        _finish(score_ax, f"{metric_name} at each evaluation", xlabel, metric_name, legend=False)
     return fig
 
 
@@ -344,13 +332,12 @@ def score_variance_figure(d_k_values=(4, 16, 64, 256), rng=None, n_samples: int 
     rng = numpy.random.default_rng(0 if rng is None else rng)
     raw = [(rng.standard_normal((n_samples, d)) * rng.standard_normal((n_samples, d))).sum(axis=1) for d in d_ks]
     fig, axes = _figure(2.6 * len(d_ks) + 0.8, 5.2, 2, len(d_ks), squeeze=False, sharex="row")
-    for row, (samples, label) in enumerate([(raw, "q·k"), ([s / math.sqrt(d) for s, d in zip(raw, d_ks)],
-                                                            "q·k / √d_k")]):
+    for row, samples in enumerate([raw, [s / math.sqrt(d) for s, d in zip(raw, d_ks)]]):
         edges = numpy.linspace(min(s.min() for s in samples), max(s.max() for s in samples), 61)    # (61,)
         for ax, d_k, values in zip(axes[row], d_ks, samples):
             _histogram_into(ax, values, edges, show_mean=False)
             ax.set_title(f"d_k = {d_k}, {'scaled' if row else 'unscaled'}", fontsize=10)
-            ax.set(xlabel=label, ylabel="count")
+            ax.set(xlabel="q·k / √d_k" if row else "q·k", ylabel="count")
             ax.tick_params(labelsize=8)
     fig.suptitle("Variance of q·k grows with d_k; dividing by √d_k keeps it at 1")
     return fig
