@@ -12,15 +12,13 @@ import gzip
 import io
 import itertools
 import os
-import shutil
-import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
 
 from minitransformer import limits
 from minitransformer.kit.data import toy_grammar
-from minitransformer.kit.running.files import open_regular
+from minitransformer.kit.running.files import atomic_write, open_regular
 
 REPO_ROOT = Path(__file__).resolve().parents[3]       # minitransformer/kit/data/datasets.py -> the repository
 TOY_DIR = REPO_ROOT / "data" / "toy"
@@ -140,8 +138,8 @@ def load_multi30k(directory=None, split: str = "train", src_lang: str = "de",
 def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LANGS,
                       base_url: str = MULTI30K_URL, overwrite: bool = False, opener=None) -> Path:
     """Fetch the task-1 raw files ({split}.{lang}.gz) into directory (kept if already there). -> the directory.
-    splits, langs: lists of names, or one as a str; checked before anything is created. Each file is written to a
-    temporary name, checked to be readable gzip, then renamed: an interrupted download leaves no half file.
+    splits, langs: lists of names, or one as a str; checked before anything is created. Each file is checked to be
+    readable gzip before it is written, atomically: an interrupted download leaves no half file.
     base_url may be a file:// URL; opener(url) -> a file-like object replaces urllib.request.urlopen."""
     where = "download_multi30k"
     splits = [_multi30k_split(split, where) for split in _names(splits, "splits", where)]
@@ -157,17 +155,11 @@ def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LAN
         if target.exists() and not overwrite:
             continue
         url = base_url + target.name
-        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=directory)
         try:
-            with os.fdopen(fd, "wb") as out, opener(url) as response:
-                shutil.copyfileobj(response, out)
-            with gzip.open(tmp, "rt", encoding="utf-8") as f:       # a truncated or HTML file fails here
-                for _ in f:
-                    pass
-            os.replace(tmp, target)
-        except BaseException as err:
-            Path(tmp).unlink(missing_ok=True)
-            if isinstance(err, (OSError, EOFError, UnicodeDecodeError)):
-                raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
-            raise
+            with opener(url) as response:
+                data = response.read()
+            gzip.decompress(data).decode("utf-8")                  # a truncated or HTML file fails here
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:
+            raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
+        atomic_write(target, lambda f, data=data: f.write(data), "Multi30k file")
     return directory
