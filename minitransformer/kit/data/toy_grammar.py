@@ -10,11 +10,11 @@ and marks what English leaves out.
 - verb-final subordinate clauses:      "... because the dog sees the cat" -> "... , weil der hund die katze sieht"
 - plural (and its dative -n), "in dem" -> "im", "a" / "an".
 
-The words are data, in toy_lexicon.json beside this file. Everything is lowercase, every punctuation mark its own
-token, so a word tokeniser and BLEU's 13a see the same tokens. The only randomness is
-``random.Random(seed).random()``, whose sequence Python keeps across versions: the same seed writes the same
-corpus everywhere. Distinct pairs are drawn and split in order (train, valid, test), so no sentence of either
-language is in two splits.
+The words, articles and adjective endings are data, in toy_lexicon.json beside this file. Everything is
+lowercase, every punctuation mark its own token, so a word tokeniser and BLEU's 13a see the same tokens. The only
+randomness is ``random.Random(seed).random()``, whose sequence Python keeps across versions: the same seed writes
+the same corpus everywhere. Distinct pairs are drawn and split in order (train, valid, test), so no sentence of
+either language is in two splits.
 """
 
 from __future__ import annotations
@@ -52,21 +52,9 @@ AUX = _LEXICON["aux"]                                   # haben: [hat, haben], G
 REPORT_VERBS, CONJUNCTIONS = _LEXICON["report_verbs"], _LEXICON["conjunctions"]    # [says, say, sagt, sagen]
 PREPOSITIONS = _LEXICON["prepositions"]                 # English, German, the case it governs, the noun kinds it takes
 TIME_PRESENT, TIME_PERFECT = _LEXICON["time_present"], _LEXICON["time_perfect"]
-
-
-def _forms(table: str) -> dict:
-    """A declension grid, cases nom / acc / dat, genders m f n pl ("-": no such form) -> {case: {gender: form}}."""
-    return {case: {gender: form for gender, form in zip(("m", "f", "n", "pl"), row.split()) if form != "-"}
-            for case, row in zip(("nom", "acc", "dat"), table.split("/"))}
-
-
-# Articles by determiner. A bare plural ("dogs") has no article.
-ARTICLES = {"def": _forms("der die das die / den die das die / dem der dem den"),
-            "indef": _forms("ein eine ein - / einen eine ein - / einem einer einem -")}
-# Adjective endings: weak after "der", mixed after "ein", strong with no article (plural only here).
-ADJECTIVE_ENDINGS = {"def": _forms("e e e en / en e e en / en en en en"),
-                     "indef": _forms("er e es - / en e es - / en en en -"),
-                     "none": _forms("- - - e / - - - e / - - - en")}
+# {determiner: {case: {gender or "pl": form}}}: articles ("def", "indef"; a bare plural, "dogs", has none) and
+# adjective endings: weak after "der", mixed after "ein", strong with no article ("none", plural only here).
+ARTICLES, ADJECTIVE_ENDINGS = _LEXICON["articles"], _LEXICON["adjective_endings"]
 
 
 def _pick(rng: random.Random, items):
