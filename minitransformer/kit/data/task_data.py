@@ -6,13 +6,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-import numpy
-
 from minitransformer import budget, decoding
 from minitransformer.model import TransformerConfig
 
 from . import datasets
-from .batching import BucketBatcher
+from .batching import BucketBatcher, collate
 from .bleu import corpus_bleu
 from .tasks import TASKS as SEQUENCE_TASKS
 from .tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
@@ -132,9 +130,7 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
     same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
     groups = [list(g) for _, g in itertools.groupby(order, same)]
     for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
-        src = numpy.full((len(idx), max(len(encoded[i]) for i in idx)), model.config.pad_id, numpy.int64)  # (B,S)
-        for row, i in enumerate(idx):
-            src[row, :len(encoded[i])] = encoded[i]
+        src = collate([(encoded[i], []) for i in idx], pad_id=model.config.pad_id).src           # (B,S)
         max_len = None if length_limit is None else length_limit(src.shape[1])
         hyps = (decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=max_len) if beam_size > 1
                 else decoding.greedy_decode(model, src, max_len=max_len))
