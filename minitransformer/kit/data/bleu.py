@@ -28,11 +28,11 @@ def _reference_streams(references, n: int) -> list:
         got = type(references).__name__ if refs is None else [type(r).__name__ for r in refs[:3]]
         raise TypeError("corpus_bleu: references must be a non-empty list of str (one per hypothesis) or a list of "
                         f"reference streams (lists of str), got {got}")
-    streams = [_strings("references" if len(refs) == 1 else f"references[{k}]", s, True) for k, s in enumerate(refs)]
-    for k, stream in enumerate(streams):
+    names = ["references"] if len(refs) == 1 else [f"references[{k}]" for k in range(len(refs))]
+    streams = [_strings(name, stream, none_ok=True) for name, stream in zip(names, refs)]
+    for name, stream in zip(names, streams):
         if len(stream) != n:
-            what = "references" if len(streams) == 1 else f"references[{k}]"
-            raise ValueError(f"corpus_bleu: {what} has {len(stream)} sentences but hypotheses has {n}")
+            raise ValueError(f"corpus_bleu: {name} has {len(stream)} sentences but hypotheses has {n}")
     return streams
 
 
