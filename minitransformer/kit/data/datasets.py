@@ -103,7 +103,8 @@ def multi30k_dir() -> Path:
 def _multi30k_split(split: str, where: str) -> str:
     split = MULTI30K_ALIASES.get(split, split)
     if split not in MULTI30K_SPLITS:
-        raise ValueError(f"{where}: split must be one of {MULTI30K_SPLITS} (or {tuple(MULTI30K_ALIASES)}), got {split!r}")
+        raise ValueError(f"{where}: split must be one of {MULTI30K_SPLITS} (or {tuple(MULTI30K_ALIASES)}), "
+                         f"got {split!r}")
     return split
 
 

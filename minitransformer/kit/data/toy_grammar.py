@@ -161,7 +161,7 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = main.en + [en_conj] + sub.en
         de = _german(main, "main") + [",", de_conj] + _german(sub, "sub")
-    elif shape == "sub_first":                           # subordinate clause first: the main clause starts with its verb
+    elif shape == "sub_first":                           # subordinate clause first, then the main clause's verb
         sub, main = clause(rng, pp_p=0.15), clause(rng, pp_p=0.25)
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = [en_conj] + sub.en + [","] + main.en
