@@ -254,8 +254,10 @@ def test_corpus_lines_stream_in_as_a_text_mode_read_gives_them(tmp_path, monkeyp
     """Read in pieces of any size (a \r\n or a multi-byte character cut between two), a file gives the lines
     that reading it whole in text mode gives: universal newlines, whitespace stripped, no line after a final
     newline."""
-    monkeypatch.setattr(datasets, "open_regular",
-                        lambda path, what: io.BufferedReader(_Trickle(Path(path).read_bytes(), chunk), buffer_size=chunk))
+    def trickling(path, what):
+        return io.BufferedReader(_Trickle(Path(path).read_bytes(), chunk), buffer_size=chunk)
+
+    monkeypatch.setattr(datasets, "open_regular", trickling)
     rng = random.Random(chunk)
     for trial in range(60):
         text = "".join(rng.choice(["a", "b ", " ", "\n", "\r", "\r\n", "ü", "€", "\t"]) for _ in range(rng.randint(0, 40)))
