@@ -277,7 +277,7 @@ def test_input_validation():
 
 def test_vocab():
     v = Vocab(["x", "y", "x"])
-    assert len(v) == 6 and v["y"] == 5 and v["zzz"] == UNK and v.lookup_token(4) == "x"
+    assert len(v) == 6 and v["y"] == 5 and v["zzz"] == UNK and v.itos[4] == "x"
     assert "x" in v and "zzz" not in v
 
 

@@ -2,13 +2,9 @@
 
 The paper (§5.1): "Sentence pairs were batched together by approximate sequence length. Each training batch
 contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
-Here a batch holds as many pairs of similar length as fit: rows * longest source <= max_tokens and rows *
-(longest target + 1) <= max_tokens, padding counted. Sorting by length keeps padding small; a seeded shuffle of
-the batches keeps training stochastic. Teacher forcing ("output embeddings are offset by one position"):
-
-    tgt_in   <bos> ein hund            what the decoder reads   (B,T)
-    tgt_out  ein   hund <eos>          what it must predict     (B,T)
-
+Here a batch holds as many pairs of similar length as fit: rows * longest side <= max_tokens, padding counted;
+a seeded shuffle of the batches keeps training stochastic. Teacher forcing ("output embeddings are offset by one
+position"): tgt_in = <bos> ein hund (what the decoder reads), tgt_out = ein hund <eos> (what it must predict).
 Arrays are int64 NumPy on the host (the model moves them); padding (id 0) only ends a row.
 """
 
@@ -40,61 +36,65 @@ class Batch:
 
 
 def _check_pairs(pairs, where: str) -> list:
+    """pairs as a list of (source, target) int64 arrays; no source may be empty."""
     if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__len__"):
         raise TypeError(f"{where}: pairs must be a list of (src_ids, tgt_ids), got {type(pairs).__name__}")
+    if len(pairs) == 0:
+        raise ValueError(f"{where}: pairs must not be empty")
+    checked = []
     for i, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"{where}: pairs[{i}] must be a (src_ids, tgt_ids) pair, got {type(pair).__name__}")
-        for side, ids in zip(("source", "target"), pair):
-            if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
-                raise TypeError(f"{where}: pairs[{i}] {side} must be a list of int token ids, got {type(ids).__name__}")
-        if len(pair[0]) == 0:
+        src, tgt = (_token_ids(ids, f"{where}: pairs[{i}] {side}") for side, ids in zip(("source", "target"), pair))
+        if len(src) == 0:
             raise ValueError(f"{where}: pairs[{i}] has an empty source; every source needs at least one token")
-    if len(pairs) == 0:
-        raise ValueError(f"{where}: pairs must not be empty")
-    return pairs
+        checked.append((src, tgt))
+    return checked
 
 
-def _row_ids(ids, row: int, indices, side: str) -> numpy.ndarray:
-    """One sentence's ids as a 1-D integer array (an empty target becomes <eos> alone).   Shapes: (L,) int"""
+def _token_ids(ids, what: str) -> numpy.ndarray:
+    """ids as a 1-D int64 array (L,); anything but a flat list of ints >= 0 is refused (a float would be truncated)."""
     try:
-        ids = numpy.asarray(ids)                                # (L,)
-    except ValueError:                                          # ragged nesting
-        ids = numpy.asarray(ids, dtype=object)
-    if ids.size and (ids.ndim != 1 or ids.dtype.kind not in "iu"):
-        where = f"pairs[{row}]" if indices is None else f"pairs[{row}] (dataset row {indices[row]})"
-        raise TypeError(f"collate: {where} {side} must be a flat list of int token ids, "
-                        f"got shape {ids.shape} dtype {ids.dtype}")
-    return ids.astype(numpy.int64)
+        array = None if isinstance(ids, (str, bytes)) else numpy.asarray(ids)     # (L,)
+    except ValueError:                                                          # ragged nesting
+        array = None
+    if array is None or array.ndim != 1 or array.size and (array.dtype.kind not in "iu" or array.min() < 0):
+        raise TypeError(f"{what} must be a flat list of int token ids >= 0, got {ids!r:.60}")
+    return array.astype(numpy.int64)
+
+
+def _check_special_ids(where: str, *ids) -> list:
+    return [checks.int_in(where, name, i, 0, sys.maxsize) for name, i in zip(("pad_id", "bos_id", "eos_id"), ids)]
 
 
 def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS) -> Batch:
     """Pad a list of (src_ids, tgt_ids) into a Batch: tgt_in = <bos> + tgt, tgt_out = tgt + <eos>.
     indices: the pairs' positions in the dataset, one per pair (stored on the batch, default 0..B-1)."""
-    B = len(_check_pairs(pairs, "collate"))
-    for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
-        checks.int_in("collate", name, value, 0, sys.maxsize)
-    if indices is not None:
-        indices = numpy.asarray(indices, dtype=numpy.int64)    # (B,)
-        if indices.shape != (B,):
-            raise ValueError(f"collate: indices must have one entry per pair, shape ({B},), got shape {indices.shape}")
+    pairs = _check_pairs(pairs, "collate")
+    pad_id, bos_id, eos_id = _check_special_ids("collate", pad_id, bos_id, eos_id)
+    if indices is not None and numpy.shape(indices) != (len(pairs),):
+        raise ValueError(f"collate: indices must have one entry per pair, shape ({len(pairs)},), "
+                         f"got shape {numpy.shape(indices)}")
+    return _collate(pairs, indices, pad_id, bos_id, eos_id)
+
+
+def _collate(pairs, indices, pad_id: int, bos_id: int, eos_id: int) -> Batch:
+    """``collate`` on pairs already checked (a BucketBatcher checks its pairs once, not at every batch)."""
+    B = len(pairs)
     S = max(len(src) for src, _ in pairs)
     T = max(len(tgt) for _, tgt in pairs) + 1                   # one more for <bos> / <eos>
     src = numpy.full((B, S), pad_id, dtype=numpy.int64)          # (B,S)
     tgt_in = numpy.full((B, T), pad_id, dtype=numpy.int64)       # (B,T)
     tgt_out = numpy.full((B, T), pad_id, dtype=numpy.int64)      # (B,T)
     for row, (s, t) in enumerate(pairs):
-        s, t = _row_ids(s, row, indices, "source"), _row_ids(t, row, indices, "target")  # a float would be truncated
         src[row, : len(s)] = s
         tgt_in[row, 0] = bos_id
         tgt_in[row, 1: len(t) + 1] = t
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = eos_id
-    if min(int(src.min()), int(tgt_out.min())) < 0:
-        raise ValueError(f"collate: pairs must hold token ids >= 0, got a negative id in source or target "
-                         f"(rows {numpy.flatnonzero((src < 0).any(axis=1) | (tgt_out < 0).any(axis=1)).tolist()[:5]})")
-    indices = numpy.arange(B, dtype=numpy.int64) if indices is None else indices  # (B,)
-    return Batch(src, tgt_in, tgt_out, indices, sum(len(s) for s, _ in pairs), sum(len(t) + 1 for _, t in pairs))
+    indices = numpy.arange(B) if indices is None else indices
+    return Batch(src, tgt_in, tgt_out, numpy.asarray(indices, dtype=numpy.int64),            # indices (B,)
+                 sum(len(s) for s, _ in pairs), sum(len(t) + 1 for _, t in pairs))
 
 
 def plan_batches(src_lengths, tgt_lengths, max_tokens: int, rng: numpy.random.Generator | None = None) -> list:
@@ -158,7 +158,7 @@ class BucketBatcher(ResumableBatches):
 
     def __init__(self, pairs, max_tokens: int, seed=None, shuffle: bool = True,
                  pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS):
-        self.pairs = _check_pairs(pairs, "BucketBatcher")
+        self.pairs = _check_pairs(pairs, "BucketBatcher")       # checked once: every batch is made of these
         if seed is None:
             seed = backend.host_rng()
         if isinstance(seed, numpy.random.Generator):
@@ -166,7 +166,7 @@ class BucketBatcher(ResumableBatches):
         if isinstance(seed, bool) or not isinstance(seed, (int, numpy.integer)) or seed < 0:
             raise ValueError(f"BucketBatcher: seed must be a non-negative int, a numpy Generator or None, got {seed!r}")
         self.seed, self.max_tokens, self.shuffle = int(seed), max_tokens, bool(shuffle)
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.pad_id, self.bos_id, self.eos_id = _check_special_ids("BucketBatcher", pad_id, bos_id, eos_id)
         self.src_lengths = numpy.array([len(s) for s, _ in self.pairs], dtype=numpy.int64)  # (N,)
         self.tgt_lengths = numpy.array([len(t) for _, t in self.pairs], dtype=numpy.int64)  # (N,)
         self._plan_epoch, self._plan = None, None
@@ -186,7 +186,7 @@ class BucketBatcher(ResumableBatches):
         return len(self.batches_for_epoch(self.epoch))
 
     def batch(self, indices) -> Batch:
-        return collate([self.pairs[i] for i in indices], indices, self.pad_id, self.bos_id, self.eos_id)
+        return _collate([self.pairs[i] for i in indices], indices, self.pad_id, self.bos_id, self.eos_id)
 
     def batch_at(self, epoch: int, k: int) -> Batch:
         return self.batch(self.batches_for_epoch(epoch)[k])

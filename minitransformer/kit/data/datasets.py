@@ -8,20 +8,17 @@
 
 from __future__ import annotations
 
-import codecs
 import gzip
 import io
 import itertools
 import os
-import shutil
-import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
 
 from minitransformer import limits
 from minitransformer.kit.data import toy_grammar
-from minitransformer.kit.running.files import open_regular
+from minitransformer.kit.running.files import atomic_write, open_regular
 
 REPO_ROOT = Path(__file__).resolve().parents[3]       # minitransformer/kit/data/datasets.py -> the repository
 TOY_DIR = REPO_ROOT / "data" / "toy"
@@ -33,45 +30,36 @@ MULTI30K_ALIASES = {"valid": "val", "test": "test_2016_flickr"}   # so "--split 
 MULTI30K_LANGS = ("en", "de")
 MULTI30K_ENV = "MINITRANSFORMER_MULTI30K"
 MULTI30K_CACHE = Path("~/.cache/minitransformer/multi30k")
-_CHUNK_BYTES = 1 << 20            # a corpus file is read, decompressed and decoded this much at a time
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file (gzipped if named .gz), stripped; they end at \n, \r\n or \r as in text mode.
+    """Lines of a UTF-8 text file (gzipped if named .gz), stripped, as text mode reads them (universal newlines).
     A corpus may come from elsewhere: a regular file only (a FIFO would block), at most ``limits.MAX_CORPUS_CHARS``
     characters in ``limits.MAX_CORPUS_LINES`` lines, counted as it streams in (a small gzip that expands without
     end stops at the limit); a damaged gzip or non-UTF-8 byte is a ValueError naming the file and line."""
-    lines, pending, chars = [], [], 0        # pending: the pieces of the line not yet ended
-    decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(), translate=True)  # \r\n, \r: \n
+    lines, chars, gzipped = [], 0, path.suffix == ".gz"
     with open_regular(path, "corpus file") as raw:
-        gzipped = path.suffix == ".gz"
-        stream = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
-        while True:
-            try:
-                data = stream.read(_CHUNK_BYTES)
-            except (OSError, EOFError, zlib.error) as err:
-                what = "not a readable gzip file" if gzipped else "cannot be read"
-                raise ValueError(f"{path}: {what} ({type(err).__name__}: {err})") from None
-            try:
-                text = decoder.decode(data, final=not data)      # a \r ending a chunk waits for the next one
-            except UnicodeDecodeError as err:
-                line = len(lines) + 1 + err.object.count(b"\n", 0, err.start)
-                raise ValueError(f"{path}, line {line}: not UTF-8 text (byte {err.object[err.start]:#04x})") from None
-            chars += len(text)
-            parts = text.split("\n")
-            pending.append(parts[0])
-            for part in parts[1:]:
-                lines.append("".join(pending).strip())
-                pending = [part]
-            for count, name, what in ((chars, "MAX_CORPUS_CHARS", "characters"), (len(lines), "MAX_CORPUS_LINES", "lines")):
-                if count > getattr(limits, name):
-                    raise ValueError(f"{path}: more than {getattr(limits, name):,} {what}"
-                                     f"{' once decompressed' if gzipped else ''}, the most a corpus file may hold "
-                                     f"(minitransformer.limits.{name}): refused")
-            if not data:
-                break
-    if any(pending):                         # the last line, when the file does not end with a newline
-        lines.append("".join(pending).strip())
+        # a byte that is not UTF-8 stays in its line (as a lone surrogate) until the line's number is known
+        text = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw, encoding="utf-8",
+                                errors="surrogateescape", newline=None)
+        try:
+            while line := text.readline(limits.MAX_CORPUS_CHARS - chars + 1):     # never more than the limit read
+                chars += len(line)
+                lines.append(line.strip())
+                for count, name, what in ((chars, "MAX_CORPUS_CHARS", "characters"),
+                                          (len(lines), "MAX_CORPUS_LINES", "lines")):
+                    if count > getattr(limits, name):
+                        raise ValueError(f"{path}: more than {getattr(limits, name):,} {what}"
+                                         f"{' once decompressed' if gzipped else ''}, the most a corpus file may hold "
+                                         f"(minitransformer.limits.{name}): refused")
+                try:
+                    line.encode("utf-8")                        # only a byte that was not UTF-8 cannot go back
+                except UnicodeEncodeError as err:
+                    raise ValueError(f"{path}, line {len(lines)}: not UTF-8 text "
+                                     f"(byte {ord(line[err.start]) - 0xDC00:#04x})") from None
+        except (OSError, EOFError, zlib.error) as err:
+            what = "not a readable gzip file" if gzipped else "cannot be read"
+            raise ValueError(f"{path}: {what} ({type(err).__name__}: {err})") from None
     return lines
 
 
@@ -115,7 +103,8 @@ def multi30k_dir() -> Path:
 def _multi30k_split(split: str, where: str) -> str:
     split = MULTI30K_ALIASES.get(split, split)
     if split not in MULTI30K_SPLITS:
-        raise ValueError(f"{where}: split must be one of {MULTI30K_SPLITS} (or {tuple(MULTI30K_ALIASES)}), got {split!r}")
+        raise ValueError(f"{where}: split must be one of {MULTI30K_SPLITS} (or {tuple(MULTI30K_ALIASES)}), "
+                         f"got {split!r}")
     return split
 
 
@@ -150,8 +139,8 @@ def load_multi30k(directory=None, split: str = "train", src_lang: str = "de",
 def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LANGS,
                       base_url: str = MULTI30K_URL, overwrite: bool = False, opener=None) -> Path:
     """Fetch the task-1 raw files ({split}.{lang}.gz) into directory (kept if already there). -> the directory.
-    splits, langs: lists of names, or one as a str; checked before anything is created. Each file is written to a
-    temporary name, checked to be readable gzip, then renamed: an interrupted download leaves no half file.
+    splits, langs: lists of names, or one as a str; checked before anything is created. Each file is checked to be
+    readable gzip before it is written, atomically: an interrupted download leaves no half file.
     base_url may be a file:// URL; opener(url) -> a file-like object replaces urllib.request.urlopen."""
     where = "download_multi30k"
     splits = [_multi30k_split(split, where) for split in _names(splits, "splits", where)]
@@ -167,17 +156,11 @@ def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LAN
         if target.exists() and not overwrite:
             continue
         url = base_url + target.name
-        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=directory)
         try:
-            with os.fdopen(fd, "wb") as out, opener(url) as response:
-                shutil.copyfileobj(response, out)
-            with gzip.open(tmp, "rt", encoding="utf-8") as f:       # a truncated or HTML file fails here
-                for _ in f:
-                    pass
-            os.replace(tmp, target)
-        except BaseException as err:
-            Path(tmp).unlink(missing_ok=True)
-            if isinstance(err, (OSError, EOFError, UnicodeDecodeError)):
-                raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
-            raise
+            with opener(url) as response:
+                data = response.read()
+            gzip.decompress(data).decode("utf-8")                  # a truncated or HTML file fails here
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:
+            raise OSError(f"download_multi30k: could not fetch {url} into {target}: {err}") from err
+        atomic_write(target, lambda f, data=data: f.write(data), "Multi30k file")
     return directory

@@ -1,19 +1,16 @@
-"""What a run of each task trains and is scored on: the model config, the training stream, validation batches
-and metric (``task_data``, as ``minitransformer train`` and the studies build them), and the scoring of a
-translation model: its sources encoded, decoded in batches, and the BLEU of the result."""
+"""What a run of each task trains and is scored on (``task_data``, as ``minitransformer train`` and the studies
+build it), and a translation model's scoring: its sources encoded, decoded in batches, the BLEU of the result."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
 
-import numpy
-
 from minitransformer import budget, decoding
 from minitransformer.model import TransformerConfig
 
 from . import datasets
-from .batching import BucketBatcher
+from .batching import BucketBatcher, collate
 from .bleu import corpus_bleu
 from .tasks import TASKS as SEQUENCE_TASKS
 from .tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
@@ -37,8 +34,7 @@ class TaskData:
     metric_name: str = "valid BLEU"    # how the run's output and loss.png name the metric
     metric_percent: bool = False       # exact match, a fraction, is shown as a percentage
 
-    def format_metric(self, value: float) -> str:
-        """"99.0%" for exact match, "72.50" for BLEU."""
+    def format_metric(self, value: float) -> str:          # "99.0%" for exact match, "72.50" for BLEU
         return f"{100 * value:.1f}%" if self.metric_percent else f"{value:.2f}"
 
     def tokenizers(self) -> dict:
@@ -62,11 +58,9 @@ def _sequence_data(settings: dict) -> TaskData:
     seq = SequenceTask(settings["task"])
     config = _make_config(settings, seq.vocab_size, seq.vocab_size, max_len=max(64, seq.max_len + 2))
     train_data = TaskBatches(seq, batch_size=settings["batch_size"], seed=settings["seed"])
-    heldout = seq.heldout(settings["heldout"])
-    # the held-out sequences are this task's validation set: the valid loss is computed on them too
+    heldout = seq.heldout(settings["heldout"])          # also the validation set: the valid loss is computed on it
     return TaskData(config, train_data, heldout_batches(heldout), lambda model: exact_match(model, heldout),
-                    heldout=heldout,
-                    metric_name="valid exact match", metric_percent=True)
+                    heldout=heldout, metric_name="valid exact match", metric_percent=True)
 
 
 def _translation_data(settings: dict, tokenizers) -> TaskData:
@@ -136,9 +130,7 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
     same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
     groups = [list(g) for _, g in itertools.groupby(order, same)]
     for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
-        src = numpy.full((len(idx), max(len(encoded[i]) for i in idx)), model.config.pad_id, numpy.int64)  # (B,S)
-        for row, i in enumerate(idx):
-            src[row, :len(encoded[i])] = encoded[i]
+        src = collate([(encoded[i], []) for i in idx], pad_id=model.config.pad_id).src           # (B,S)
         max_len = None if length_limit is None else length_limit(src.shape[1])
         hyps = (decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=max_len) if beam_size > 1
                 else decoding.greedy_decode(model, src, max_len=max_len))

@@ -1,13 +1,12 @@
-"""Synthetic sequence tasks: copy (The Annotated Transformer's first example) and reverse.
-
-The source is a random string of symbols (ids 4 .. 4 + num_symbols - 1, after the tokenisers' specials); the
-target is the same string (copy) or reversed. Copying is the smallest check that the encoder-decoder learns at
-all; reversing needs a non-monotonic alignment, an anti-diagonal in the attention plot.
+"""Synthetic sequence tasks: copy (The Annotated Transformer's first example) and reverse. The source is a random
+string of symbols (ids 4 .. 4 + num_symbols - 1, after the tokenisers' specials), the target the same string or
+reversed. Copying is the smallest check that the encoder-decoder learns at all; reversing needs a non-monotonic
+alignment, an anti-diagonal in the attention plot.
 
 Batch ``i`` of epoch ``e`` is drawn from ``numpy.random.default_rng([seed, e, i])``, so a resumed run gets exactly
-the batches an uninterrupted run would have seen. The held-out set has a generator of its own (``HELDOUT_SEED``),
-the same for every seed; from length 6 on a held-out string is one of a million or more, which training has
-almost surely never seen: exact match on them measures generalisation (short strings are all seen in training).
+the batches an uninterrupted run would have seen. The held-out set has a generator of its own, the same for every
+seed; from length 6 on a held-out string is one of a million or more that training has almost surely never seen:
+exact match on them measures generalisation.
 
     >>> make_pairs("reverse", n=2, seed=0)   # doctest: +NORMALIZE_WHITESPACE
     [([9, 6, 7, 4, 4, 4, 5, 12, 10], [10, 12, 5, 4, 4, 4, 7, 6, 9]),

@@ -1,14 +1,8 @@
-"""Tokenisers: text <-> lists of token ids, with the special ids every model here relies on: <pad> = 0 (the loss
-and the masks ignore it), <bos> = 1 (starts the decoder input), <eos> = 2 (ends the target), <unk> = 3.
-
-``WordTokenizer``: one id per word or punctuation mark (the toy corpus). ``BPETokenizer``: byte-pair encoding
-(Sennrich et al. 2016), the paper's subwords, one vocabulary for both sides. Both prepare text alike (``pieces``):
-lowercased if asked, split at spaces, then into runs of letters/digits and single punctuation marks; BPE marks a
-word's last piece with ``</w>`` so decoding finds the spaces ("the dog." -> the</w> | dog | .</w>), and an unseen
-character becomes <unk> (<unk></w> at a word's end, so its space survives). Vocabularies travel with checkpoints
-as JSON: ``to_dict``/``from_dict``, ``to_json``/``from_json``, ``save``/``load_tokenizer``. The special ids, ``Vocab``
-and ``split_pieces`` live in ``vocab`` and are reached from here too.
-"""
+"""Tokenisers: text <-> token ids. ``WordTokenizer``: one id per word or punctuation mark (the toy corpus).
+``BPETokenizer``: byte-pair encoding (Sennrich et al. 2016), the paper's subwords, one vocabulary for both sides.
+Both cut text alike (``split_pieces``). The special ids every model here relies on: <pad> 0 (the loss and the
+masks ignore it), <bos> 1 (starts the decoder input), <eos> 2 (ends the target), <unk> 3; they, ``Vocab`` and
+``split_pieces`` live in ``vocab`` and are reached from here too. Vocabularies travel with checkpoints as JSON."""
 
 from __future__ import annotations
 
@@ -38,20 +32,16 @@ from minitransformer.kit.running import files
 MAX_LEARN_CHARS = 32     # longer pieces are learned from in parts (``_learning_chunks``) and not cached
 
 
-def _check_text(text, where: str) -> str:
+def _check_text(text, where: str, name: str = "text") -> str:
     if not isinstance(text, str):
-        raise TypeError(f"{where}: text must be a str, got {type(text).__name__}")
+        raise TypeError(f"{where}: {name} must be a str, got {type(text).__name__}")
     return text
 
 
 def _check_texts(texts, where: str) -> list:
     if isinstance(texts, str) or not hasattr(texts, "__iter__"):
         raise TypeError(f"{where}: texts must be an iterable of str (a list of sentences), got {type(texts).__name__}")
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{where}: texts[{i}] must be a str, got {type(text).__name__}")
-    return texts
+    return [_check_text(text, where, f"texts[{i}]") for i, text in enumerate(texts)]
 
 
 def readable_tokens(tokens) -> list[str]:
@@ -132,7 +122,7 @@ class _Tokenizer:
 
     @classmethod
     def from_json(cls, text: str):
-        return cls.from_dict(_parse_json(text, f"{cls.__name__}.from_json", "text"))
+        return cls.from_dict(files.parse_json(text, f"{cls.__name__}.from_json: text"))
 
     def save(self, path) -> Path:
         """Write the vocabulary (and merges) as UTF-8 JSON."""
@@ -141,7 +131,7 @@ class _Tokenizer:
 
     @classmethod
     def load(cls, path):
-        return cls.from_dict(_parse_json(_read_text(path), f"{cls.__name__}.load", f"path {str(path)!r}"))
+        return cls.from_dict(_read_json(path, f"{cls.__name__}.load"))
 
 
 class WordTokenizer(_Tokenizer):
@@ -170,12 +160,12 @@ class WordTokenizer(_Tokenizer):
 
 
 class BPETokenizer(_Tokenizer):
-    """Byte-pair encoding with an end-of-word marker. Learning starts each piece as its characters (d o g</w>),
-    then again and again merges the most frequent adjacent pair (ties: alphabetical) and records the merge.
-    Vocabulary: specials, every character seen (plain and with </w>), one symbol per merge, last <unk></w> (last,
-    so a vocabulary saved without it keeps every other id). Encoding applies the merges in learned order, which
-    reproduces the training segmentation; ``decode(encode(text)) == " ".join(text.split())`` (lowercased if it
-    lowercases) when every character was seen in training."""
+    """Byte-pair encoding; a word's last piece ends in </w>, so decoding finds the spaces ("the dog." -> the</w>
+    dog .</w>). Learning starts each piece as its characters (d o g</w>), then again and again merges the most
+    frequent adjacent pair (ties: alphabetical). Vocabulary: specials, every character seen (plain and with </w>),
+    one symbol per merge, last <unk></w> for an unseen character ending a word (last, so a vocabulary saved
+    without it keeps every other id). Encoding applies the merges in learned order, which reproduces the training
+    segmentation: ``decode(encode(text)) == " ".join(text.split())`` when every character was seen."""
 
     kind = "bpe"
     _label = staticmethod(_readable_piece)
@@ -211,8 +201,7 @@ class BPETokenizer(_Tokenizer):
         vocab = Vocab([c for ch in chars for c in (ch, ch + END_OF_WORD)])
         if vocab_size is not None and vocab_size < len(vocab) + 1:
             raise ValueError(f"BPETokenizer.learn: vocab_size={vocab_size} is smaller than the specials plus the "
-                             f"alphabet plus {UNK_END_OF_WORD} ({len(vocab) + 1} symbols); "
-                             f"ask for at least {len(vocab) + 1}")
+                             f"alphabet plus {UNK_END_OF_WORD}; ask for at least {len(vocab) + 1}")
 
         # pair -> total count, pair -> indices of the words that contain it, and a max-heap of (-count, pair).
         pair_counts: Counter = Counter()
@@ -327,15 +316,12 @@ def _initial_symbols(piece: str, ends_word: bool) -> list[str]:
 def _merge_pair(symbols: list[str], pair: tuple[str, str]) -> list[str]:
     """Every non-overlapping occurrence of pair (left to right) replaced by the joined symbol; the same list
     object when pair does not occur."""
-    out, i, n = [], 0, len(symbols)
-    while i < n:
-        if i < n - 1 and (symbols[i], symbols[i + 1]) == pair:
-            out.append(pair[0] + pair[1])
-            i += 2
-        else:
-            out.append(symbols[i])
-            i += 1
-    return out if len(out) != n else symbols
+    out, i = [], 0
+    while i < len(symbols):
+        here = i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair
+        out.append(pair[0] + pair[1] if here else symbols[i])
+        i += 2 if here else 1
+    return out if len(out) != len(symbols) else symbols
 
 
 def _check_dict(data, kind: str, where: str) -> None:
@@ -358,23 +344,10 @@ def _check_dict(data, kind: str, where: str) -> None:
         raise TypeError(f"{where}: data['lowercase'] must be a bool, got {data['lowercase']!r}")
 
 
-def _parse_json(text, where: str, what: str):
-    """json.loads, with an error that says which argument held the bad JSON."""
-    if not isinstance(text, (str, bytes, bytearray)):
-        raise TypeError(f"{where}: text must be a JSON str, got {type(text).__name__}")
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        raise ValueError(f"{where}: {what} does not hold valid JSON ({err})") from None
-
-
-def _read_text(path) -> str:
-    """A saved tokeniser's text: from a regular file only (a FIFO is refused, not waited on)."""
+def _read_json(path, where: str):
+    """A saved tokeniser's JSON: from a regular file only (a FIFO is refused, not waited on)."""
     with files.open_regular(path, "tokenizer file") as f:
-        try:
-            return f.read().decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"tokenizer file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+        return files.parse_json(f.read(), f"{where}: tokenizer file {path}")
 
 
 def tokenizer_from_dict(data: dict):
@@ -387,9 +360,9 @@ def tokenizer_from_dict(data: dict):
 
 def tokenizer_from_json(text: str):
     """A WordTokenizer or BPETokenizer from what its ``to_json`` returned."""
-    return tokenizer_from_dict(_parse_json(text, "tokenizer_from_json", "text"))
+    return tokenizer_from_dict(files.parse_json(text, "tokenizer_from_json: text"))
 
 
 def load_tokenizer(path):
     """Read a tokeniser saved with ``save(path)``, whichever kind it is."""
-    return tokenizer_from_dict(_parse_json(_read_text(path), "load_tokenizer", f"path {str(path)!r}"))
+    return tokenizer_from_dict(_read_json(path, "load_tokenizer"))

@@ -1,27 +1,26 @@
 """A toy English -> German grammar that writes the bundled parallel corpus (data/toy/).
 
-Why a toy language: a student can train on it in minutes on a laptop, and it still needs
-attention, because German does not keep the English word order and marks what English leaves out:
-
-- gender and case on the article:  "the dog sees the cat"   -> "der hund sieht die katze"
-                                   "the cat sees the dog"   -> "die katze sieht den hund"   (accusative)
-                                   "the cat helps the dog"  -> "die katze hilft dem hund"   (dative verb)
-- adjective agreement:             "a big dog" -> "ein großer hund",  "the big dog" -> "der große hund",
-                                   "with the big dog" -> "mit dem großen hund"
+A student can train on it in minutes, and it still needs attention: German does not keep the English word order
+and marks what English leaves out.
+- gender and case on the article:  "the cat sees the dog" -> "die katze sieht den hund" (accusative),
+                                   "the cat helps the dog" -> "die katze hilft dem hund" (dative verb)
+- adjective agreement:             "a big dog" -> "ein großer hund", "with the big dog" -> "mit dem großen hund"
 - verb second after a fronted adverb:  "today the dog sees the cat" -> "heute sieht der hund die katze"
 - the verb bracket of the perfect:     "the dog has seen the cat"   -> "der hund hat die katze gesehen"
 - verb-final subordinate clauses:      "... because the dog sees the cat" -> "... , weil der hund die katze sieht"
 - plural (and its dative -n), "in dem" -> "im", "a" / "an".
 
-Everything is lowercase, every punctuation mark its own token, so a word tokeniser and BLEU's 13a see the same
-tokens. The only randomness is ``random.Random(seed).random()``, whose sequence Python keeps across versions:
-the same seed writes the same corpus everywhere. Distinct pairs are drawn and split in order (train, valid,
-test), so no sentence of either language is in two splits.
+The words, articles and adjective endings are data, in toy_lexicon.json beside this file. Everything is
+lowercase, every punctuation mark its own token, so a word tokeniser and BLEU's 13a see the same tokens. The only
+randomness is ``random.Random(seed).random()``, whose sequence Python keeps across versions: the same seed writes
+the same corpus everywhere. Distinct pairs are drawn and split in order (train, valid, test), so no sentence of
+either language is in two splits.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections import namedtuple
 from pathlib import Path
@@ -32,91 +31,30 @@ DEFAULT_SEED = 0
 SPLITS = ("train", "valid", "test")
 SPLIT_SIZES = {"train": 6000, "valid": 500, "test": 500}
 MIN_TOKENS, MAX_TOKENS = 5, 20          # sentence length in tokens, both sides, punctuation included
+ANIMATE = ("person", "animal")          # the noun kinds: person, animal, thing, place
 
-# ----------------------------------------------------------------------------- the lexicon
-
+_LEXICON = json.loads((Path(__file__).parent / "toy_lexicon.json").read_text(encoding="utf-8"))
 # A noun: English singular and plural; German singular, plural and dative plural (plural + "n" unless it ends in
-# -n or -s); gender "m" | "f" | "n"; kind, what the noun can do. The table: kind, gender, then its nouns.
+# -n or -s); gender "m" | "f" | "n"; kind, what the noun can do.
 Noun = namedtuple("Noun", "en en_pl de de_pl de_dat_pl gender kind")
-_NOUN_TABLE = """
-person m  man men mann männer | father fathers vater väter | teacher teachers lehrer lehrer
-person f  woman women frau frauen | mother mothers mutter mütter
-person n  child children kind kinder | girl girls mädchen mädchen
-animal m  dog dogs hund hunde | bird birds vogel vögel
-animal f  cat cats katze katzen | mouse mice maus mäuse
-animal n  horse horses pferd pferde
-thing m   ball balls ball bälle | key keys schlüssel schlüssel | apple apples apfel äpfel
-thing m   letter letters brief briefe
-thing f   flower flowers blume blumen | lamp lamps lampe lampen | cup cups tasse tassen
-thing n   book books buch bücher | picture pictures bild bilder | bread breads brot brote | car cars auto autos
-place m   garden gardens garten gärten | park parks park parks
-place f   school schools schule schulen | kitchen kitchens küche küchen
-place n   house houses haus häuser
-"""
 NOUNS = [Noun(en, en_pl, de, pl, pl if pl.endswith(("n", "s")) else pl + "n", gender, kind)
-         for kind, gender, rest in (line.split(maxsplit=2) for line in _NOUN_TABLE.strip().splitlines())
-         for en, en_pl, de, pl in (entry.split() for entry in rest.split("|"))]
-
+         for kind, gender, en, en_pl, de, pl in _LEXICON["nouns"]]
 # English, then the German predicative form (after "ist"); the stem that takes an ending drops a final e (müd-).
 Adjective = namedtuple("Adjective", "en stem predicative")
-ADJECTIVES = [Adjective(en, de.removesuffix("e"), de) for en, de in [
-    ("big", "groß"), ("small", "klein"), ("old", "alt"), ("young", "jung"), ("new", "neu"), ("red", "rot"),
-    ("black", "schwarz"), ("white", "weiß"), ("beautiful", "schön"), ("fast", "schnell"), ("hungry", "hungrig"),
-    ("tired", "müde"), ("happy", "glücklich")]]
-ANIMATE_PREDICATES = ["big", "small", "old", "young", "fast", "hungry", "tired", "happy"]
-THING_PREDICATES = ["big", "small", "old", "new", "red", "black", "white", "beautiful"]
+ADJECTIVES = [Adjective(en, de.removesuffix("e"), de) for en, de in _LEXICON["adjectives"]]
+ANIMATE_PREDICATES, THING_PREDICATES = _LEXICON["animate_predicates"], _LEXICON["thing_predicates"]
 _ADJ = {a.en: a for a in ADJECTIVES}
-
 # frame: "acc" (one accusative object), "dat" (one dative object), "dat_acc" (dative, then accusative).
 # aux: the perfect's auxiliary, "haben" or "sein". subj / obj: the noun kinds that fit.
 Verb = namedtuple("Verb", "en en_pl en_part de de_pl de_part aux frame subj obj")
-
-ANIMATE = ("person", "animal")
-ANY = ("person", "animal", "thing", "place")
-VERBS = [
-    Verb("sees", "see", "seen", "sieht", "sehen", "gesehen", "haben", "acc", ANIMATE, ANY),
-    Verb("finds", "find", "found", "findet", "finden", "gefunden", "haben", "acc", ANIMATE, ("person", "animal", "thing")),
-    Verb("likes", "like", "liked", "mag", "mögen", "gemocht", "haben", "acc", ANIMATE, ANY),
-    Verb("buys", "buy", "bought", "kauft", "kaufen", "gekauft", "haben", "acc", ("person",), ("thing",)),
-    Verb("carries", "carry", "carried", "trägt", "tragen", "getragen", "haben", "acc", ("person",), ("animal", "thing")),
-    Verb("holds", "hold", "held", "hält", "halten", "gehalten", "haben", "acc", ("person",), ("animal", "thing")),
-    Verb("washes", "wash", "washed", "wäscht", "waschen", "gewaschen", "haben", "acc", ("person",), ("animal", "thing")),
-    Verb("draws", "draw", "drawn", "zeichnet", "zeichnen", "gezeichnet", "haben", "acc", ("person",), ANY),
-    Verb("reads", "read", "read", "liest", "lesen", "gelesen", "haben", "acc", ("person",), ("thing",)),
-    Verb("visits", "visit", "visited", "besucht", "besuchen", "besucht", "haben", "acc", ("person",), ("person", "place")),
-    Verb("helps", "help", "helped", "hilft", "helfen", "geholfen", "haben", "dat", ANIMATE, ANIMATE),
-    Verb("follows", "follow", "followed", "folgt", "folgen", "gefolgt", "sein", "dat", ANIMATE, ANIMATE),
-    Verb("thanks", "thank", "thanked", "dankt", "danken", "gedankt", "haben", "dat", ("person",), ANIMATE),
-    Verb("gives", "give", "given", "gibt", "geben", "gegeben", "haben", "dat_acc", ("person",), ("thing",)),
-    Verb("shows", "show", "shown", "zeigt", "zeigen", "gezeigt", "haben", "dat_acc", ("person",), ("thing",)),
-    Verb("brings", "bring", "brought", "bringt", "bringen", "gebracht", "haben", "dat_acc", ("person",), ("thing",)),
-]
-AUX = {"haben": ("hat", "haben"), "sein": ("ist", "sind")}            # German 3rd person singular, plural
-REPORT_VERBS = [("says", "say", "sagt", "sagen"), ("knows", "know", "weiß", "wissen"),
-                ("thinks", "think", "denkt", "denken")]
-CONJUNCTIONS = [("because", "weil"), ("although", "obwohl"), ("while", "während")]
-# preposition: English, German, case it governs, noun kinds it takes.
-PREPOSITIONS = [("in", "in", "dat", ("place",)), ("near", "neben", "dat", ("place", "thing")),
-                ("behind", "hinter", "dat", ("place", "thing")), ("with", "mit", "dat", ANY[:3]),
-                ("for", "für", "acc", ANIMATE), ("without", "ohne", "acc", ANY[:3])]
-TIME_PRESENT = [("today", "heute"), ("now", "jetzt"), ("tomorrow", "morgen"), ("every day", "jeden tag"),
-                ("in the morning", "am morgen"), ("in the evening", "am abend")]
-TIME_PERFECT = [("today", "heute"), ("yesterday", "gestern"), ("in the morning", "am morgen")]
-
-
-def _forms(table: str) -> dict:
-    """A declension grid, cases nom / acc / dat, genders m f n pl ("-": no such form) -> {case: {gender: form}}."""
-    return {case: {gender: form for gender, form in zip(("m", "f", "n", "pl"), row.split()) if form != "-"}
-            for case, row in zip(("nom", "acc", "dat"), table.split("/"))}
-
-
-# Articles by determiner. A bare plural ("dogs") has no article.
-ARTICLES = {"def": _forms("der die das die / den die das die / dem der dem den"),
-            "indef": _forms("ein eine ein - / einen eine ein - / einem einer einem -")}
-# Adjective endings: weak after "der", mixed after "ein", strong with no article (plural only here).
-ADJECTIVE_ENDINGS = {"def": _forms("e e e en / en e e en / en en en en"),
-                     "indef": _forms("er e es - / en e es - / en en en -"),
-                     "none": _forms("- - - e / - - - e / - - - en")}
+VERBS = [Verb(*fields) for fields in _LEXICON["verbs"]]
+AUX = _LEXICON["aux"]                                   # haben: [hat, haben], German 3rd person singular, plural
+REPORT_VERBS, CONJUNCTIONS = _LEXICON["report_verbs"], _LEXICON["conjunctions"]    # [says, say, sagt, sagen]
+PREPOSITIONS = _LEXICON["prepositions"]                 # English, German, the case it governs, the noun kinds it takes
+TIME_PRESENT, TIME_PERFECT = _LEXICON["time_present"], _LEXICON["time_perfect"]
+# {determiner: {case: {gender or "pl": form}}}: articles ("def", "indef"; a bare plural, "dogs", has none) and
+# adjective endings: weak after "der", mixed after "ein", strong with no article ("none", plural only here).
+ARTICLES, ADJECTIVE_ENDINGS = _LEXICON["articles"], _LEXICON["adjective_endings"]
 
 
 def _pick(rng: random.Random, items):
@@ -223,7 +161,7 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = main.en + [en_conj] + sub.en
         de = _german(main, "main") + [",", de_conj] + _german(sub, "sub")
-    elif shape == "sub_first":                           # subordinate clause first: the main clause starts with its verb
+    elif shape == "sub_first":                           # subordinate clause first, then the main clause's verb
         sub, main = clause(rng, pp_p=0.15), clause(rng, pp_p=0.25)
         en_conj, de_conj = _pick(rng, CONJUNCTIONS)
         en = [en_conj] + sub.en + [","] + main.en

@@ -45,7 +45,6 @@ class Vocab:
         return cls(ranked if max_size is None else ranked[: max_size - len(SPECIAL_TOKENS)])
 
     def add(self, token: str) -> int:
-        """Add a token (if new) and return its id."""
         if token not in self.stoi:
             self.stoi[token] = len(self.itos)
             self.itos.append(token)
@@ -64,6 +63,3 @@ class Vocab:
         """True when its tokens hold letters and none is a capital: text in any other case reads as <unk>."""
         letters = "".join(self.itos[len(SPECIAL_TOKENS):])
         return letters.lower() == letters and letters.upper() != letters
-
-    def lookup_token(self, idx: int) -> str:
-        return self.itos[idx]
