@@ -540,15 +540,17 @@ def test_run_of_zero_steps_writes_its_metrics_and_no_loss_plot(tmp_path, capsys)
 
 
 def test_model_switches_of_the_paper_reach_the_config_and_survive_a_resume(tmp_path):
-    """--d-k, --positional and --norm-first (the paper's Table 3 varies them) set the TransformerConfig; a resumed
+    """--d-k, --d-v, --positional and --norm-first (the paper's Table 3 varies them) set the TransformerConfig; a resumed
     run keeps them."""
     out = str(tmp_path / "switches")
     args = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--no-progress", "--out", out, *SMALL]
-    assert main([*args, "--steps", "2", "--d-k", "5", "--positional", "learned", "--norm-first"]) == 0
+    assert main([*args, "--steps", "2", "--d-k", "5", "--d-v", "3", "--positional", "learned",
+                 "--norm-first"]) == 0
     config = json.loads((tmp_path / "switches" / "metrics.json").read_text())["config"]
-    assert (config["d_k"], config["positional"], config["norm_first"]) == (5, "learned", True)
+    assert (config["d_k"], config["d_v"], config["positional"], config["norm_first"]) == (5, 3, "learned", True)
     assert main([*args, "--steps", "3", "--resume"]) == 0
-    assert mt.load_checkpoint(os.path.join(out, LATEST)).config["positional"] == "learned"
+    saved = mt.load_checkpoint(os.path.join(out, LATEST)).config
+    assert (saved["d_v"], saved["positional"]) == (3, "learned")
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse", "toy", "multi30k"])

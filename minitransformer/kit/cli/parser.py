@@ -50,7 +50,8 @@ def _add_train(sub) -> None:
     option(t, "--heads", "attention heads (replaces the preset's)", "num_heads")
     option(t, "--layers", "encoder and decoder layers each (replaces the preset's)", "num_encoder_layers")
     option(t, "--d-ff", "feed-forward width (replaces the preset's)")
-    option(t, "--d-k", "size of each attention head (default d_model / heads)")
+    option(t, "--d-k", "size of each attention head's queries and keys (default d_model / heads)")
+    option(t, "--d-v", "size of each attention head's values (default d_k)")
     t.add_argument("--positional", choices=("sinusoidal", "learned"),
                    help="position information: the paper's sinusoids (default) or a learned table")
     t.add_argument("--norm-first", action="store_const", const=True, default=None,

@@ -49,7 +49,7 @@ _COMMON = {"seed": 0, "epochs": None, "max_minutes": None, "keep": 5, "average":
 
 # The model options of `train` and the TransformerConfig field each one sets (--layers: both stacks).
 MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads", "layers": "num_encoder_layers",
-                 "d_ff": "d_ff", "d_k": "d_k", "positional": "positional", "norm_first": "norm_first"}
+                 "d_ff": "d_ff", "d_k": "d_k", "d_v": "d_v", "positional": "positional", "norm_first": "norm_first"}
 
 
 def task_settings(task: str, typed: dict | None = None) -> dict:
