@@ -110,18 +110,6 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
             "the next-token scores (beam x vocabulary)": scores}
 
 
-def training_parts(config, batch: int, src_len: int, tgt_len: int, itemsize: int) -> dict:
-    """Bytes of one training step: activations kept for backward, logits and their gradient, gradients in flight."""
-    d = config.d_model
-    encoder = config.num_encoder_layers * _layer_activations(config, batch, src_len, src_len, None)
-    decoder = config.num_decoder_layers * _layer_activations(config, batch, tgt_len, tgt_len, src_len)
-    logits = 4 * batch * tgt_len * config.tgt_vocab_size                       # logits, softmax, gradient
-    backward = 4 * batch * max(src_len, tgt_len) * (d + config.num_heads * max(src_len, tgt_len))
-    return {"activations kept for backward (attention scores of each head)": (encoder + decoder) * itemsize,
-            "logits and their gradient (batch x length x vocabulary)": logits * itemsize,
-            "gradients in flight": backward * itemsize}
-
-
 def _itemsize(dtype=None) -> int:
     return numpy.dtype(dtype if dtype is not None else backend.get_default_dtype()).itemsize
 
@@ -152,17 +140,6 @@ def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool 
     the weights grows in proportion to the batch."""
     weights, parts = _decoding(model, src_len, out_len, beam, naive)
     return max(0, (memory_budget(budget) - weights) // sum(parts.values()))
-
-
-def check_training(config, batch: int, src_len: int, tgt_len: int, workers: int = 1, dtype=None,
-                   owner: str = "train", budget=None) -> int:
-    """Refuse a training step (model, Adam's moments, activations, each extra worker's gradients) past the budget."""
-    itemsize = _itemsize(dtype)
-    weights = parameter_count(config) * itemsize
-    parts = {**model_parts(config, itemsize), "Adam's moments": 2 * weights,
-             "the workers' own gradients": (workers - 1) * weights,
-             **training_parts(config, batch, src_len, tgt_len, itemsize)}
-    return check(owner, parts, f"training on batches of {batch} x {src_len} -> {tgt_len} tokens", budget)
 
 
 def check_replicas(owner: str, model, workers: int, budget=None) -> int:
