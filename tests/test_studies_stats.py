@@ -2,6 +2,8 @@
 answers are worked out by hand here."""
 
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -104,6 +106,21 @@ def test_resumable_runs_only_what_is_missing(tmp_path):
     assert calls == [1, 2, 3]
     found = resumable.collect(tmp_path, ["a", "b", "c", "d"])
     assert sorted(found) == ["a", "b", "c"] and found["c"]["value"] == 30
+
+
+def test_resumable_passes_over_a_run_a_live_process_claimed_and_takes_over_a_dead_ones(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    claimed = tmp_path / resumable.CLAIMED
+    claimed.mkdir()
+    (claimed / "a.json").write_text(str(os.getppid()))           # our parent: alive
+    (claimed / "b.json").write_text(dead.stdout.strip())          # a process that has exited
+    ran, lines = [], []
+    assert resumable.run_pending([("a", 1), ("b", 2)], lambda job: ran.append(job) or {}, tmp_path,
+                                 log=lines.append) == 1
+    assert ran == [2] and any(line.endswith("skip a: another process runs it") for line in lines)
+    assert (claimed / "a.json").exists() and not (claimed / "b.json").exists()   # b's claim gone once finished
+    assert sorted(resumable.collect(tmp_path, ["a", "b"])) == ["b"]
 
 
 def test_resumable_refuses_a_key_that_is_not_a_plain_file_name(tmp_path):
