@@ -299,6 +299,32 @@ def test_bad_arguments_are_named():
     assert type(trainer.max_steps) is int and trainer.max_steps == 2
 
 
+def test_bad_training_data_is_named():
+    """The data a Trainer is handed, refused in one line: before the run, or at the batch that is wrong."""
+    model = Transformer(TransformerConfig(8, 8, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                                          d_ff=8, max_len=8))
+    opt, loss = Adam(model.parameters(), lr=1e-3), CrossEntropyLoss(0)
+    batch = (np.array([[4, 5]]), np.array([[1, 4]]), np.array([[4, 2]]))
+    for data, kw, error, match in [
+            (5, {}, TypeError, "train_data must be a list of batches or a resumable source .*got int"),
+            ([], {}, ValueError, "train_data must hold at least one batch, got none"),
+            ([batch], {"save_every": 1}, ValueError, "save_every needs a checkpoint_dir")]:
+        with pytest.raises(error, match=match):
+            Trainer(model, loss, opt, data, max_steps=1, progress=False, **kw)
+
+    class Empty(TaskBatches):                     # a source whose epoch serves nothing and never ends
+        def __iter__(self):
+            return iter(())
+
+    trainers = [Trainer(model, loss, opt, [(batch[0], batch[1])], max_steps=1, progress=False),
+                Trainer(model, loss, opt, Empty(TASK, batch_size=2, batches_per_epoch=1, seed=0), max_steps=1,
+                        progress=False)]
+    for trainer, match in zip(trainers, [r"a batch must have src, tgt_in and tgt_out .*got tuple",
+                                         "train_data served no batch and did not advance its epoch"]):
+        with pytest.raises((TypeError, RuntimeError), match=match):
+            trainer.fit()
+
+
 @pytest.mark.parametrize("metric_fn, error", [(lambda model: {}["missing"], KeyError),
                                               (lambda model: None, TypeError)])
 def test_a_failing_metric_leaves_the_model_in_training_mode(metric_fn, error):
