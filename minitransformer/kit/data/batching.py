@@ -163,9 +163,8 @@ class BucketBatcher(ResumableBatches):
             seed = backend.host_rng()
         if isinstance(seed, numpy.random.Generator):
             seed = int(seed.integers(0, 2**63 - 1))
-        if isinstance(seed, bool) or not isinstance(seed, (int, numpy.integer)) or seed < 0:
-            raise ValueError(f"BucketBatcher: seed must be a non-negative int, a numpy Generator or None, got {seed!r}")
-        self.seed, self.max_tokens, self.shuffle = int(seed), max_tokens, bool(shuffle)
+        self.seed = checks.int_in("BucketBatcher", "seed", seed, 0, 2**63 - 1)
+        self.max_tokens, self.shuffle = max_tokens, bool(shuffle)
         self.pad_id, self.bos_id, self.eos_id = _check_special_ids("BucketBatcher", pad_id, bos_id, eos_id)
         self.src_lengths = numpy.array([len(s) for s, _ in self.pairs], dtype=numpy.int64)  # (N,)
         self.tgt_lengths = numpy.array([len(t) for _, t in self.pairs], dtype=numpy.int64)  # (N,)

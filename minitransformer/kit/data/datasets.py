@@ -1,10 +1,5 @@
-"""Parallel corpora as lists of (source, target) str pairs: the bundled toy corpus and Multi30k.
-
-- ``load_toy(split)``: data/toy/{split}.{en,de}.txt, English -> German by default; without the files (an installed
-  package has no data/ folder) ``toy_grammar`` generates the same corpus in memory.
-- ``load_multi30k(directory, split)``: the Multi30k task-1 raw files (Elliott et al. 2016), German -> English by
-  default, gzipped or plain; ``download_multi30k`` fetches them, into ``multi30k_dir()`` by default.
-"""
+"""Parallel corpora as lists of (source, target) str pairs: the bundled toy corpus (``load_toy``) and Multi30k
+task 1 (``load_multi30k``, ``download_multi30k``)."""
 
 from __future__ import annotations
 

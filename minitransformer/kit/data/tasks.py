@@ -99,20 +99,13 @@ def heldout_batches(pairs: list, batch_size: int = 250) -> list:
 
 def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None = None, beam_size: int = 1,
                 alpha: float = 0.6) -> float:
-    """Fraction of pairs whose decoding (greedy, or beam search if beam_size > 1) equals the target exactly.
-    Sources are sorted by length, so batches carry little padding; the model is left in eval mode."""
-    from minitransformer.decoding import beam_search, greedy_decode
+    """Fraction of pairs whose decoding (greedy, or beam search if beam_size > 1) equals the target exactly, at most
+    max_len tokens (default: source length + 2) decoded per pair; the model is left in eval mode."""
+    from .task_data import translate_ids  # imported here: task_data imports this module
 
     if not pairs:
         raise ValueError("exact_match: pairs must hold at least one (src, tgt) pair, got none")
     model.eval()
-    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
-    correct = 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        src = collate([pairs[i] for i in idx]).src                                      # (B,S)
-        limit = max_len if max_len is not None else src.shape[1] + 2
-        hyps = (beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=limit) if beam_size > 1
-                else greedy_decode(model, src, max_len=limit))
-        correct += sum(list(h) == list(pairs[i][1]) for h, i in zip(hyps, idx))
-    return correct / len(pairs)
+    limit = (lambda S: S + 2) if max_len is None else (lambda S: max_len)
+    hyps = translate_ids(model, [src for src, _ in pairs], beam_size, alpha, batch_size, length_limit=limit)
+    return sum(list(h) == list(tgt) for h, (_, tgt) in zip(hyps, pairs)) / len(pairs)
