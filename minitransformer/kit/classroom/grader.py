@@ -39,7 +39,10 @@ class Failed(Exception):
 
 def describe(err: BaseException, root: str = "") -> str:
     """'ValueError: ... (layers/linear.py line 47)': the error's first line and, given the student's folder (root),
-    the last line of their code it passed through; a stub's NotImplementedError is work not written yet."""
+    the last line of their code it passed through; a Failed is its reason, a stub's NotImplementedError work not
+    written yet."""
+    if isinstance(err, Failed):
+        return str(err)
     if isinstance(err, NotImplementedError):
         return f"not written yet ({err})"
     text = (str(err).strip().splitlines() or [""])[0]
@@ -124,8 +127,6 @@ def run(module, inputs, subs, trial, root="") -> dict:
         if bad:
             raise Failed(f"{stage} gave NaN or inf in {bad[0]}")
         return tensors
-    except Failed as err:
-        return {"error": (stage, str(err))}
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise
         # The message alone is compared with the mistakes', the student reads where it came from.
         return {"error": (stage, describe(err)), "shown": describe(err, root)}
@@ -151,10 +152,7 @@ def same(a: dict, b: dict) -> bool:
 def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENTRIES) -> dict:
     """{forward, backward, diagnosis, output} for one exercise; passes when every case agrees everywhere.
     entries: how many entries per tensor the central differences check (the reference sees every entry)."""
-    try:
-        subs = load(exercise, package_dir)
-    except Failed as err:
-        return failed(str(err))
+    subs = load(exercise, package_dir)     # a file that does not load raises Failed: the exercise fails
     forward = "ok" if exercise.targets[0][2] == "forward" else "given"
     backend.set_backend("numpy")           # the grader's checks read host arrays
     backend.set_default_dtype("float64")
