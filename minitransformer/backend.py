@@ -12,7 +12,7 @@ import types
 import numpy
 
 _state = types.SimpleNamespace(     # everything the backend switch holds
-    name="numpy", xp=numpy, dtype=numpy.dtype("float32"), seed=None, host_rng=numpy.random.default_rng(),
+    xp=numpy, dtype=numpy.dtype("float32"), seed=None, host_rng=numpy.random.default_rng(),
     device_rng=None, device_types=())  # device_types: every device backend's array type chosen so far
 _state.device_rng = _state.host_rng
 _thread = threading.local()         # .device_rng: this thread's own dropout generator (thread_device_rng)
@@ -44,20 +44,17 @@ def set_backend(name: str | types.ModuleType) -> None:
     """Choose the array namespace: "numpy" (default), "cupy", or a module that mimics NumPy's API (tests use
     one that acts as CuPy does at the device boundary), named by its ``__backend_name__`` or ``__name__``.
     Parameters made before the switch stay where they were: build the model after choosing."""
-    if isinstance(name, types.ModuleType):
-        _state.name, _state.xp = getattr(name, "__backend_name__", name.__name__), name
-    elif name in ("numpy", "cupy"):
-        _state.name, _state.xp = name, numpy if name == "numpy" else _import_cupy()
-    else:
+    if not isinstance(name, types.ModuleType) and name not in ("numpy", "cupy"):
         raise ValueError(f"set_backend: name must be one of ('numpy', 'cupy'), got {name!r}")
+    _state.xp = name if isinstance(name, types.ModuleType) else numpy if name == "numpy" else _import_cupy()
     if _state.xp is not numpy and _state.xp.ndarray not in _state.device_types:
         _state.device_types += (_state.xp.ndarray,)         # to_numpy still knows them after a switch back
     _state.device_rng = _new_device_rng(_state.seed)
 
 
 def get_backend() -> str:
-    """The active backend's name: "numpy" or "cupy"."""
-    return _state.name
+    """The active backend's name: "numpy" or "cupy" (a stand-in module's ``__backend_name__``)."""
+    return getattr(_state.xp, "__backend_name__", _state.xp.__name__)
 
 
 def xp() -> types.ModuleType:

@@ -74,13 +74,6 @@ def parameter_count(config) -> int:
     return total
 
 
-def model_parts(config, itemsize: int) -> dict:
-    """Bytes of a built model: weights, their gradients (allocated with them), two position tables (max_len, D)."""
-    weights = parameter_count(config) * itemsize
-    return {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len *
-            config.d_model * itemsize}
-
-
 def _layer_activations(config, rows: int, tq: int, tk_self: int, tk_cross: int | None) -> int:
     """Numbers one layer keeps for rows sequences of tq positions attending to tk_self (and tk_cross) keys: per
     attention the projections, heads and four (rows,H,tq,tk) arrays; (rows,tq,F) twice; (rows,tq,D) ten times."""
@@ -110,19 +103,20 @@ def decoding_parts(config, batch: int, src_len: int, out_len: int, beam: int = 1
             "the next-token scores (beam x vocabulary)": scores}
 
 
-def _itemsize(dtype=None) -> int:
-    return numpy.dtype(dtype if dtype is not None else backend.get_default_dtype()).itemsize
-
-
 def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> int:
-    """Refuse a config whose model (weights, gradients, position tables) passes the budget, before it is built."""
-    return check(owner, model_parts(config, _itemsize(dtype)), "building this model", budget)
+    """Refuse a config whose model (weights, their gradients, two position tables (max_len, D)) passes the budget,
+    before it is built."""
+    itemsize = numpy.dtype(dtype if dtype is not None else backend.get_default_dtype()).itemsize
+    weights = parameter_count(config) * itemsize
+    parts = {"weights": weights, "their gradients": weights, "position tables": 2 * config.max_len * config.d_model
+             * itemsize}
+    return check(owner, parts, "building this model", budget)
 
 
 def _decoding(model, src_len, out_len, beam, naive, batch=1) -> tuple:
     """(bytes of the model's weights, bytes of each part of decoding batch sources) for check_decoding and
     largest_batch alike."""
-    itemsize = _itemsize(model.parameters()[0].data.dtype)
+    itemsize = model.parameters()[0].data.dtype.itemsize
     return (2 * parameter_count(model.config) * itemsize,
             decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize))
 

@@ -34,9 +34,7 @@ def integer(owner: str, name: str, value) -> int:
 
 
 def positive_int(owner: str, name: str, value) -> int:
-    if not _is_int(value) or value <= 0:
-        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
-    return int(value)
+    return int_in(owner, name, value, 1, math.inf)
 
 
 def int_in(owner: str, name: str, value, low: int, high: int) -> int:

@@ -25,8 +25,7 @@ from minitransformer import backend, gradcheck
 
 from . import train_copy
 from .cases import cases
-from .exercises import EXERCISES, TRAIN
-from .mistakes import CATALOGUE, build
+from .exercises import CATALOGUE, EXERCISES, TRAIN, build
 
 PACKAGE = "transformer"      # DIR/transformer/: the student's copy of the core
 MATCH = 1e-6                 # relative agreement with the reference (a pass) or with a mistake (a diagnosis)
@@ -40,7 +39,12 @@ class Failed(Exception):
 
 def describe(err: BaseException, root: str = "") -> str:
     """'ValueError: ... (layers/linear.py line 47)': the error's first line and, given the student's folder (root),
-    the last line of their code it passed through."""
+    the last line of their code it passed through; a Failed is its reason, a stub's NotImplementedError work not
+    written yet."""
+    if isinstance(err, Failed):
+        return str(err)
+    if isinstance(err, NotImplementedError):
+        return f"not written yet ({err})"
     text = (str(err).strip().splitlines() or [""])[0]
     where = [f for f in traceback.extract_tb(err.__traceback__) if root and f.filename.startswith(root)]
     place = f" ({Path(where[-1].filename).relative_to(root)} line {where[-1].lineno})" if where else ""
@@ -123,10 +127,6 @@ def run(module, inputs, subs, trial, root="") -> dict:
         if bad:
             raise Failed(f"{stage} gave NaN or inf in {bad[0]}")
         return tensors
-    except Failed as err:
-        return {"error": (stage, str(err))}
-    except NotImplementedError as err:
-        return {"error": (stage, f"not written yet ({err})")}
     except Exception as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise
         # The message alone is compared with the mistakes', the student reads where it came from.
         return {"error": (stage, describe(err)), "shown": describe(err, root)}
@@ -152,10 +152,7 @@ def same(a: dict, b: dict) -> bool:
 def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENTRIES) -> dict:
     """{forward, backward, diagnosis, output} for one exercise; passes when every case agrees everywhere.
     entries: how many entries per tensor the central differences check (the reference sees every entry)."""
-    try:
-        subs = load(exercise, package_dir)
-    except Failed as err:
-        return failed(str(err))
+    subs = load(exercise, package_dir)     # a file that does not load raises Failed: the exercise fails
     forward = "ok" if exercise.targets[0][2] == "forward" else "given"
     backend.set_backend("numpy")           # the grader's checks read host arrays
     backend.set_default_dtype("float64")
@@ -198,11 +195,7 @@ def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENT
 def grade_training(package_dir: Path, seed: int) -> dict:
     """Part 3's finale: the copy task, trained with the student's whole package."""
     sys.path.insert(0, str(package_dir.parent))
-    try:
-        figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
-    except Exception as err:  # noqa: BLE001 - whatever a student's code raises
-        return failed(f"not written yet ({err})" if isinstance(err, NotImplementedError) else
-                      f"training stopped: {describe(err, str(package_dir))}", forward="-")
+    figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
     learned = figures["exact_match"] >= LEARNS
     text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new "
             f"strings (needs {LEARNS:.0%}), loss {figures['first_loss']:.2f} -> {figures['final_loss']:.3f}")
@@ -219,8 +212,8 @@ def _child(conn, name: str, package_dir: str, seed: int) -> None:
         try:
             result = grade_training(Path(package_dir), seed) if name == TRAIN.name else \
                 grade_exercise(EXERCISES[name], Path(package_dir), seed)
-        except BaseException as err:  # noqa: BLE001 - the grader's safety net: the exercise fails, the grader goes on
-            result = failed(describe(err, package_dir))
+        except BaseException as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise only
+            result = failed(describe(err, package_dir), "-" if name == TRAIN.name else "FAIL")
     lines = printed.getvalue().count("\n")
     if lines:
         result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but " \
@@ -243,19 +236,17 @@ def isolated(names: list, package_dir: Path, seed: int, timeout: float, workers:
             running[name] = (process, receive, time.monotonic() + timeout)
         multiprocessing.connection.wait([receive for _, receive, _ in running.values()], timeout=0.2)
         for name, (process, receive, deadline) in list(running.items()):
-            if receive.poll():
-                try:
+            if receive.poll():                 # a result, or the end of a process that died without one
+                with contextlib.suppress(EOFError, OSError):
                     results[name] = receive.recv()
-                except (EOFError, OSError):
-                    process.join(5)
-                    results[name] = failed(f"the exercise's process ended without a result (exit code "
-                                           f"{process.exitcode})")
             elif time.monotonic() > deadline:
                 process.kill()
                 results[name] = failed(f"stopped after {timeout:g} s: an infinite loop, or far too slow")
             else:
                 continue
             process.join(5)
+            if name not in results:
+                results[name] = failed(f"the exercise's process ended without a result (exit code {process.exitcode})")
             del running[name]
     return results
 

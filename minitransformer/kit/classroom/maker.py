@@ -26,14 +26,6 @@ from .module import Module, ModuleList, Parameter
 '''
 
 
-def core_files() -> list:
-    """The package's top-level modules (the core and the few it imports: backend, checks, ...) and layers/; the kit
-    and the fast tier live in folders of their own, which stay out."""
-    root = Path(minitransformer.__file__).parent
-    files = [p for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")] + [*root.glob("layers/*.py")]
-    return sorted(p.relative_to(root).as_posix() for p in files)
-
-
 def stub(text: str, file: str, exercises: list, solutions: bool) -> str:
     """The file with the body of every method an exercise names replaced (hint kept, body raising)."""
     lines, edits = text.splitlines(keepends=True), []
@@ -88,10 +80,12 @@ def make(directory, exercises=None, solutions: bool = False) -> list:
         raise FileExistsError(f"classroom make: {directory} already exists and is not an empty folder; "
                               f"give a new folder (nothing there is overwritten)")
     root, here = Path(minitransformer.__file__).parent, Path(__file__).parent
-    for file in core_files():
-        target = directory / PACKAGE / file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(stub((root / file).read_text(), file, chosen, solutions))
+    # The package's top-level modules (the core and the few it imports: backend, checks, ...) and layers/; the kit
+    # and the fast tier live in folders of their own, which stay out.
+    for path in [p for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")] + [*root.glob("layers/*.py")]:
+        file = path.relative_to(root).as_posix()
+        (directory / PACKAGE / file).parent.mkdir(parents=True, exist_ok=True)
+        (directory / PACKAGE / file).write_text(stub(path.read_text(), file, chosen, solutions))
     (directory / PACKAGE / "__init__.py").write_text(INIT)
     for file in ("cases.py", "check.py", "train_copy.py"):
         shutil.copyfile(here / file, directory / file)

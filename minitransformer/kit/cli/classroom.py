@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from minitransformer.kit import classroom
-from minitransformer.kit.classroom.mistakes import catalogue_text
+from minitransformer.kit.classroom.exercises import catalogue_text
 from minitransformer.kit.running.files import write_json
 
 from .common import option
