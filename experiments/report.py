@@ -116,7 +116,7 @@ def table3() -> str:
              t3.markdown(p), common.comparison_table(res["comparisons"])]
     if res["pending_rows"]:
         parts.append("Running / pending (resumed by `python experiments/table3.py`): "
-                     + ", ".join(res["pending_rows"]) + ".")
+                     + "; ".join(res["pending_rows"]) + ".")   # "; ": some row names hold a comma
     return "\n\n".join(parts)
 
 
@@ -149,7 +149,7 @@ def multi30k_table3() -> str:
              f"finished, last written {p['date']}."), m30.markdown(p), common.comparison_table(res["comparisons"])]
     if res["pending"]:
         parts.append("Running / pending (resumed by `python experiments/multi30k_table3.py --data-dir DIR`): "
-                     + ", ".join(res["pending"]) + ".")
+                     + "; ".join(res["pending"]) + ".")
     return "\n\n".join(parts)
 
 
