@@ -182,7 +182,7 @@ def aggregate(s: dict, finished: dict) -> dict:
         c = stats.compare(base, arm, metrics)
         n = len(c["metrics"]["test_bleu"]["seeds"])
         c["status"] = "complete" if n == len(s["seeds"]) else f"running / pending ({n} of {len(s['seeds'])} seeds)"
-        comparisons[row] = {"against": "base", **c}
+        comparisons[row] = {"against": "base", "claim": f"the paper's row {PAPER_ROW[row]}", **c}
     pending = [run_key(row, seed) for row in s["rows"] for seed in s["seeds"] if seed not in by_row[row]]
     return {"runs": [finished[k] for k in sorted(finished)], "table": table, "comparisons": comparisons,
             "pending": pending}
