@@ -19,7 +19,7 @@ The same seed gives the same initial weights, batches and dropout masks whatever
 random numbers), so the differences are paired: each seed's eps_ls > 0 run minus its eps_ls = 0 run, set against
 the spread of the seeds.
 
-    python experiments/label_smoothing.py            # about 25 minutes on 2 CPU cores
+    python experiments/label_smoothing.py            # about 15 minutes on 2 CPU cores
     python experiments/label_smoothing.py --quick    # seconds
 """
 
