@@ -290,7 +290,7 @@ def extrapolation() -> str:
 SECTIONS = {"table1-by-d": table1_by_d, "attention-variants": attention_variants, "table3": table3,
             "table3-300-steps": table3_300_steps, "multi30k-table3": multi30k_table3,
             "label-smoothing": label_smoothing, "warmup-and-norm": warmup_and_norm, "averaging": averaging,
-            "extrapolation": extrapolation, "no-softmax": no_softmax}
+            "extrapolation": extrapolation, "no-softmax": no_softmax, "restricted-attention": restricted_attention}
 
 
 # ---------------------------------------------------------------------------------------------- recomputing
