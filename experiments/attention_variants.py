@@ -7,7 +7,7 @@ it has extremely small gradients. To counteract this effect, we scale the dot pr
 
 What this script measures, on key-value retrieval through one attention layer (experiments/retrieval.py:
 32 pairs, 8 queries, 128 keys, 32 values, d_model 64; the query and key projections start with unit-variance
-components, the paper's premise), for each scoring function at d_k = 4 and 128 over 3 seeds:
+components, the paper's premise), for each scoring function at d_k = 4 and 128 over 5 seeds:
 - held-out accuracy and loss curves, and the steps to reach 90% accuracy;
 - softmax saturation: the mean largest attention weight, at initialisation and while training;
 - the gradient that reaches the scores: mean |dL/dscore| at the softmax's input, on a fixed batch;

@@ -14,7 +14,7 @@ target rows 0..L (<bos> + L symbols). Every other row keeps its random initial v
 for a parameter entry whose gradient was always zero is 0 / (0 + eps) = 0), which the script checks and
 reports: beyond L the model reads positions it has never seen, drawn at random.
 
-    python experiments/extrapolation.py            # about 9 CPU-minutes: 5 minutes on 2 idle cores
+    python experiments/extrapolation.py            # about 7 CPU-minutes: 4 minutes on 2 cores
     python experiments/extrapolation.py --quick    # seconds
 """
 
@@ -42,7 +42,7 @@ from minitransformer.kit.running.train import unpack_batch
 NAME = "extrapolation"
 KINDS = ("sinusoidal", "learned")
 TEST_SEED = 2_000_003          # the test strings: the same for every run, drawn apart from training's
-SETTINGS = {"tasks": ["copy", "reverse"], "L": 10, "kinds": list(KINDS), "seeds": [0, 1, 2],
+SETTINGS = {"tasks": ["copy", "reverse"], "L": 10, "kinds": list(KINDS), "seeds": [0, 1, 2, 3, 4],
             "steps": {"copy": 2000, "reverse": 6000}, "per_length": 200}
 QUICK = {"tasks": ["copy"], "L": 4, "kinds": list(KINDS), "seeds": [0], "steps": {"copy": 150}, "per_length": 40}
 
@@ -122,19 +122,56 @@ def run(s, progress=True) -> dict:
              "per_length": s["per_length"]} for task in s["tasks"] for seed in s["seeds"] for kind in s["kinds"]]
     with common.progress(len(jobs), "extrapolation runs", disable=not progress) as bar:
         runs = training.run_many(one_run, jobs, bar)
+    return summarize(runs, s)
+
+
+def summarize(runs: list, s: dict) -> dict:
+    """Per task and kind, the exact match over seeds (per length; the seen lengths 1..L, length L + 1 and the
+    unseen lengths L+1..2L as one figure per seed), the greedy output length beyond L and the teacher-forced
+    accuracy per position at 2L; and the comparisons, from the runs alone."""
+    L = s["L"]
     summary = {}
     for task in s["tasks"]:
         for kind in s["kinds"]:
             mine = [r for r in runs if r["task"] == task and r["kind"] == kind]
             em = numpy.array([r["exact_match"] for r in mine])                       # (seeds, 2L)
+            out_len = numpy.array([r["output_length"] for r in mine])[:, L:]         # (seeds, L)
+            pos = numpy.array([r["position_accuracy_2L"] for r in mine]).mean(0)     # (2L+1,)
             summary[f"{task}/{kind}"] = {
+                "seeds": [r["seed"] for r in mine],
                 "exact_match_mean": em.mean(0).tolist(), "exact_match_min": em.min(0).tolist(),
                 "exact_match_max": em.max(0).tolist(),
-                "seen_lengths": common.summary(em[:, :s["L"]].mean(1)),
-                "unseen_lengths": common.summary(em[:, s["L"]:].mean(1)),
-                "at_L_plus_1": common.summary(em[:, s["L"]]),
+                "seen_lengths": common.summary(em[:, :L].mean(1)),
+                "unseen_lengths": common.summary(em[:, L:].mean(1)),
+                "at_L_plus_1": common.summary(em[:, L]),
+                "output_length_unseen": common.summary(out_len.ravel()),
+                "teacher_forced_2L_seen": common.summary(pos[:L]),
+                "teacher_forced_2L_unseen": common.summary(pos[L:2 * L]),
             }
-    return {"runs": runs, "summary": summary}
+    return {"runs": runs, "summary": summary, "comparisons": comparisons(runs, s)}
+
+
+def comparisons(runs: list, s: dict) -> dict:
+    """Sinusoidal against learned positions, paired by seed, per task: on the lengths seen in training (the
+    claim, Table 3 row E: about as well, exact match within +-0.02) and beyond them (the claim, §3.5: the
+    sinusoids extrapolate further), at length L + 1 and over L+1..2L."""
+    import stats
+
+    L = s["L"]
+    parts = {f"lengths 1..{L}": (slice(0, L), 0, "about as well on seen lengths"),
+             f"length {L + 1}": (slice(L, L + 1), 1, "sinusoids extrapolate further"),
+             f"lengths {L + 1}..{2 * L}": (slice(L, 2 * L), 1, "sinusoids extrapolate further")}
+    out = {}
+    for task in s["tasks"]:
+        arms = {kind: {r["seed"]: r["exact_match"] for r in runs if r["task"] == task and r["kind"] == kind}
+                for kind in ("learned", "sinusoidal")}
+        for part, (where, expected, claim) in parts.items():
+            a, b = ({"exact_match": {seed: float(numpy.mean(em[where])) for seed, em in arms[kind].items()}}
+                    for kind in ("learned", "sinusoidal"))
+            out[f"{task}: sinusoidal - learned, {part}"] = {
+                "claim": claim, "formats": {"exact_match": "+.3f"},
+                **stats.compare(a, b, {"exact_match": (expected, 0.02)})}
+    return out
 
 
 def figures(payload) -> dict:

@@ -203,9 +203,94 @@ def averaging() -> str:
                         common.comparison_table(p["results"]["comparisons"])])
 
 
+def no_softmax() -> str:
+    p = load("no_softmax")
+    if p is None or "comparisons" not in p["results"]:
+        return pending("no_softmax", "python experiments/no_softmax.py")
+    import no_softmax as ns
+
+    s, res = p["settings"], p["results"]
+    rows = []
+    for g in res["summary"].values():
+        steps = ", ".join("never" if x is None else str(x) for x in g["steps_to_target"])
+        rows.append([ns.LABELS[g["kind"]], g["d_k"], common.mean_std(g["final_accuracy"], ".3f"),
+                     f"{g['final_accuracy']['min']:.3f}", steps, f"{g['max_weight_at_init']:.3f}",
+                     f"{g['ms_per_step']['mean']:.1f}"])
+    title = (f"Key-value retrieval, {s['steps']} steps, Adam lr {s['lr']:g}, seeds {s['seeds']}: final held-out "
+             f"accuracy (mean +- sample SD, min), steps to {s['target_accuracy']:.0%} per seed (never: not within "
+             f"{s['steps']}; counted as {s['steps'] + s['eval_every']} in the comparisons)")
+    return "\n\n".join([_run_line(p), common.markdown_table(title, [
+        "weights", "d_k", "final accuracy", "min", f"steps to {s['target_accuracy']:.0%} (per seed)",
+        "largest weight at init", "ms/step"], rows), common.comparison_table(res["comparisons"])])
+
+
+def restricted_attention() -> str:
+    p = load("restricted_attention")
+    if p is None or "configs" not in p["results"]:
+        return pending("restricted_attention", "python experiments/restricted_attention.py")
+    s, res = p["settings"], p["results"]
+    span = (lambda x: "-" if x is None else f"{x['min']:.2f} .. {x['max']:.2f}")
+    rows = [[c["task"], c["r"], c["layers"], c["reach"], common.mean_std(c["accuracy"], ".3f"),
+             f"{c['accuracy']['min']:.3f} .. {c['accuracy']['max']:.3f}", f"{c['bound']:.3f}",
+             f"{c['largest_excess']:+.3f}", span(c["within_reach"]), span(c["beyond_reach"])]
+            for c in res["configs"].values()]
+    title = (f"Held-out accuracy per token after {s['steps']} steps (n = {s['n']}, {s['symbols']} symbols), seeds "
+             f"{s['seeds']}: mean +- sample SD and range over seeds, the bound the reach r*L sets, the largest "
+             "excess of a seed over it; per position (mean over seeds): the range within reach and beyond it")
+    n = s["n"]
+    short = [x for x in res["runs"] if x["task"] == "reverse" and x["reach"] < n - 1]
+    line = (f"Largest excess of any of the {len(res['runs'])} runs over its bound: "
+            f"{res['largest_excess_over_bound']:+.3f}. Reverse with r*L < {n - 1} ({len(short)} runs): mean "
+            f"accuracy {res['reverse_short_reach_mean_accuracy']:.3f}; with r*L >= {n - 1}: "
+            f"{res['reverse_full_reach_mean_accuracy']:.3f}; copy: {res['copy_mean_accuracy']:.3f}.")
+    return "\n\n".join([_run_line(p), common.markdown_table(title, [
+        "task", "r", "L", "r*L", "accuracy", "min .. max", "bound", "largest excess", "within reach",
+        "beyond reach"], rows), line])
+
+
+def extrapolation() -> str:
+    p = load("extrapolation")
+    if p is None or "comparisons" not in p["results"]:
+        return pending("extrapolation", "python experiments/extrapolation.py")
+    s, res = p["settings"], p["results"]
+    L = s["L"]
+    span = (lambda x, f=".3f": f"{x['min']:{f}} .. {x['max']:{f}}")
+    rows = []
+    for key, g in res["summary"].items():
+        task, kind = key.split("/")
+        at = [r["exact_match"][L] for r in res["runs"] if (r["task"], r["kind"]) == (task, kind)]
+        seen = f"{common.mean_std(g['seen_lengths'], '.3f')} ({span(g['seen_lengths'])})"
+        first = f"{common.mean_std(g['at_L_plus_1'], '.3f')} ({', '.join(f'{x:.3f}' for x in at)})"
+        rows.append([task, kind, len(g["seeds"]), seen, first, common.mean_std(g["unseen_lengths"], ".3f"),
+                     f"{g['output_length_unseen']['mean']:.1f} ({span(g['output_length_unseen'], '.1f')})",
+                     span(g["teacher_forced_2L_seen"], ".2f"), span(g["teacher_forced_2L_unseen"], ".2f")])
+    title = (f"Trained on source lengths 1..{L}, tested on 1..{2 * L} ({s['per_length']} strings per length); "
+             f"exact match of the greedy decoding per seed, mean +- sample SD over seeds (range; at {L + 1}: per "
+             f"seed); the greedy output's length for sources of {L + 1}..{2 * L} (mean, range over seeds and "
+             f"lengths); teacher-forced token accuracy at length {2 * L}, per target position (mean over seeds), "
+             f"the range over positions 1..{L} and {L + 1}..{2 * L}")
+    rows_info = [r["learned_rows"] for r in res["runs"] if "learned_rows" in r]
+    parts = [_run_line(p), common.markdown_table(title, [
+        "task", "positions", "seeds", f"lengths 1..{L}", f"length {L + 1}", f"lengths {L + 1}..{2 * L}",
+        f"output length, sources {L + 1}..{2 * L}", f"teacher-forced, positions 1..{L}",
+        f"positions {L + 1}..{2 * L}"], rows)]
+    if rows_info:
+        sides = [x[side] for x in rows_info for side in ("src", "tgt")]
+        parts.append(
+            f"The learned tables, over the {len(rows_info)} learned runs: the largest change of a row that training "
+            f"never used, {max(x['max_change_unused'] for x in sides):.1f}; the largest change of a used row, "
+            f"{min(x['max_change_used'] for x in sides):.1f} to {max(x['max_change_used'] for x in sides):.1f}; "
+            f"the mean norm of the used rows {min(x['norm_used'] for x in sides):.1f} to "
+            f"{max(x['norm_used'] for x in sides):.1f}, of the unused rows {min(x['norm_unused'] for x in sides):.1f}"
+            f" to {max(x['norm_unused'] for x in sides):.1f}.")
+    parts.append(common.comparison_table(res["comparisons"], "+.3f"))
+    return "\n\n".join(parts)
+
+
 SECTIONS = {"table1-by-d": table1_by_d, "attention-variants": attention_variants, "table3": table3,
             "table3-300-steps": table3_300_steps, "multi30k-table3": multi30k_table3,
-            "label-smoothing": label_smoothing, "warmup-and-norm": warmup_and_norm, "averaging": averaging}
+            "label-smoothing": label_smoothing, "warmup-and-norm": warmup_and_norm, "averaging": averaging,
+            "extrapolation": extrapolation, "no-softmax": no_softmax, "restricted-attention": restricted_attention}
 
 
 # ---------------------------------------------------------------------------------------------- recomputing
@@ -235,7 +320,10 @@ def recompute_table3_300_steps(p: dict) -> dict:
 def recompute() -> list:
     """Rewrite the summaries and comparisons of the stored results that their per-seed numbers determine."""
     import averaging
+    import extrapolation
     import label_smoothing
+    import no_softmax
+    import restricted_attention
     import warmup_and_norm
 
     done = []
@@ -243,6 +331,11 @@ def recompute() -> list:
                      ("averaging", lambda p: averaging.summarize(p["results"]["runs"], p["settings"])),
                      ("warmup_and_norm", lambda p: {**p["results"], "comparisons": warmup_and_norm.comparisons(
                          p["results"]["grid"], p["settings"])}),
+                     ("extrapolation", lambda p: extrapolation.summarize(p["results"]["runs"], p["settings"])),
+                     ("no_softmax", lambda p: {**p["results"], "comparisons": no_softmax.comparisons(
+                         p["results"]["runs"], p["settings"])}),
+                     ("restricted_attention", lambda p: restricted_attention.summarize(p["results"]["runs"],
+                                                                                       p["settings"])),
                      ("table3_300_steps", recompute_table3_300_steps)):
         path = RESULTS / name / "results.json"
         if not path.exists():

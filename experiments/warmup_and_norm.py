@@ -10,8 +10,8 @@ even across layers and training needs no warmup. Measured here, on 6 encoder + 6
 data, loss, Adam and clipping at norm 1):
 
 1. the gradient norm of each layer's parameters at initialisation, post-LN and pre-LN, averaged over
-   4 batches and 3 seeds, for the encoder and the decoder layers;
-2. a grid of peak learning rate x warmup, warmup 1 (no warmup) included, for both, 200 steps, seeds 0, 1, 2: the
+   4 batches and 5 seeds, for the encoder and the decoder layers;
+2. a grid of peak learning rate x warmup, warmup 1 (no warmup) included, for both, 200 steps, seeds 0..4: the
    final training loss (mean of the last 50 steps), exact match on 200 held-out strings, and each run's
    outcome: "diverged" (a NaN, or a final loss not below the first steps'), "stuck" (a final loss no lower
    than the entropy of the target tokens, what a model that ignores the source can reach: it learned the
@@ -22,7 +22,7 @@ warmup^-0.5, so each cell sets lr_factor = peak * sqrt(d_model * warmup). With w
 peak and decays as peak / sqrt(step); a longer warmup at the same peak also keeps the rate higher afterwards
 (peak * sqrt(warmup / step)).
 
-    python experiments/warmup_and_norm.py            # about 20 CPU-minutes: 10 minutes on 2 idle cores
+    python experiments/warmup_and_norm.py            # about 23 CPU-minutes: 12 minutes on 2 cores
     python experiments/warmup_and_norm.py --quick    # seconds
 """
 
@@ -43,8 +43,8 @@ from minitransformer.kit.running.train import NonFiniteError, unpack_batch
 NAME = "warmup_and_norm"
 NORMS = {"post-LN": False, "pre-LN": True}
 MODEL = {"d_model": 64, "num_heads": 4, "d_ff": 128}
-SETTINGS = {"task": "copy", "model": MODEL, "layers": 6, "grad_seeds": [0, 1, 2], "grad_batches": 4,
-            "peaks": [1e-3, 3e-3, 1e-2, 3e-2], "warmups": [1, 30, 100], "steps": 200, "seeds": [0, 1, 2],
+SETTINGS = {"task": "copy", "model": MODEL, "layers": 6, "grad_seeds": [0, 1, 2, 3, 4], "grad_batches": 4,
+            "peaks": [1e-3, 3e-3, 1e-2, 3e-2], "warmups": [1, 30, 100], "steps": 200, "seeds": [0, 1, 2, 3, 4],
             "heldout": 200}
 QUICK = {"task": "copy", "model": MODEL, "layers": 2, "grad_seeds": [0], "grad_batches": 1,
          "peaks": [3e-2], "warmups": [1, 10], "steps": 15, "seeds": [0, 1], "heldout": 20}

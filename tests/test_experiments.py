@@ -157,6 +157,40 @@ def test_restricted_attention_quick(tmp_path):
     assert res["reach_needed"] == {"reverse": n - 1, "copy": 0}
 
 
+def test_no_softmax_verdicts_on_constructed_runs():
+    import no_softmax
+
+    s = {"kinds": ["scaled", "raw"], "d_ks": [4, 64], "steps": 600, "eval_every": 25}
+    runs = []
+    for seed in range(3):
+        runs.append({"kind": "scaled", "d_k": 4, "seed": seed, "final_accuracy": 1.0, "steps_to_target": 150})
+        runs.append({"kind": "raw", "d_k": 4, "seed": seed, "final_accuracy": 0.4 + 0.01 * seed,
+                     "steps_to_target": None})                      # never: counted as 600 + 25
+        runs.append({"kind": "scaled", "d_k": 64, "seed": seed, "final_accuracy": 1.0, "steps_to_target": 50})
+        runs.append({"kind": "raw", "d_k": 64, "seed": seed, "final_accuracy": 1.0 - 0.002 * (seed - 1),
+                     "steps_to_target": 100})
+    c = no_softmax.comparisons(runs, s)
+    small = c["S (no softmax) - softmax(S), d_k = 4"]
+    assert small["metrics"]["steps"]["diffs"] == [475.0, 475.0, 475.0] and small["verdict"] == "reproduced"
+    # steps clearly worse, accuracy's interval across zero: the metrics disagree
+    assert c["S (no softmax) - softmax(S), d_k = 64"]["verdict"] == "inconclusive"
+
+
+def test_restricted_attention_summary_per_config():
+    import restricted_attention as ra
+
+    s = {"n": 4, "tasks": ["reverse"], "configs": [[1, 1]], "seeds": [0, 1]}
+    b = ra.bound("reverse", 4, 1, 10).tolist()                      # positions 1, 2 within reach
+    runs = [{"task": "reverse", "r": 1, "layers": 1, "reach": 1, "seed": seed, "final_accuracy": acc,
+             "bound": float(np.mean(b)), "bound_per_position": b, "per_position": pos}
+            for seed, acc, pos in ((0, 0.50, [0.1, 1.0, 0.8, 0.1]), (1, 0.60, [0.1, 1.0, 1.0, 0.3]))]
+    c = ra.summarize(runs, s)["configs"]["reverse/1/1"]
+    assert c["accuracy"]["mean"] == pytest.approx(0.55) and c["per_seed"] == [0.5, 0.6]
+    assert c["largest_excess"] == pytest.approx(0.60 - 0.55)
+    assert c["within_reach"]["min"] == pytest.approx(0.9) and c["within_reach"]["max"] == pytest.approx(1.0)
+    assert c["beyond_reach"]["min"] == pytest.approx(0.1) and c["beyond_reach"]["max"] == pytest.approx(0.2)
+
+
 # --- the layers the experiments add ---------------------------------------------------------------
 
 def gradcheck(module, *inputs):

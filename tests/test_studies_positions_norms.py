@@ -49,6 +49,27 @@ def test_extrapolation_quick_run(tmp_path):
                                                          "extrapolation_diagnostics.png"}
 
 
+def test_extrapolation_verdicts_on_constructed_runs():
+    # L = 2: lengths 1, 2 seen, 3, 4 unseen. Sinusoidal ahead beyond L on every seed by a varying margin: the
+    # extrapolation claims are reproduced; on the seen lengths the two are equal: inside the margin, reproduced.
+    s = {"tasks": ["copy"], "kinds": ["sinusoidal", "learned"], "L": 2}
+    runs = []
+    for seed, gain in enumerate([0.10, 0.20, 0.15]):
+        runs.append({"task": "copy", "kind": "learned", "seed": seed, "exact_match": [1.0, 1.0, 0.0, 0.0]})
+        runs.append({"task": "copy", "kind": "sinusoidal", "seed": seed, "exact_match": [1.0, 1.0, gain, 0.0]})
+    c = extrapolation.comparisons(runs, s)
+    assert c["copy: sinusoidal - learned, lengths 1..2"]["verdict"] == "reproduced"
+    assert c["copy: sinusoidal - learned, length 3"]["verdict"] == "reproduced"
+    assert c["copy: sinusoidal - learned, length 3"]["metrics"]["exact_match"]["diffs"] == pytest.approx([0.1, 0.2, 0.15])
+    assert c["copy: sinusoidal - learned, lengths 3..4"]["metrics"]["exact_match"]["mean"] == pytest.approx(0.075)
+    # one seed the other way: the interval crosses zero
+    runs[-1]["exact_match"] = [0.9, 1.0, 0.0, 0.0]
+    runs[-2]["exact_match"] = [1.0, 1.0, 0.3, 0.0]
+    c = extrapolation.comparisons(runs, s)
+    assert c["copy: sinusoidal - learned, length 3"]["verdict"] == "inconclusive"
+    assert c["copy: sinusoidal - learned, lengths 1..2"]["verdict"] == "inconclusive"   # -0.05 on one seed
+
+
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_test_pairs_have_the_asked_length_and_target(task):
     pairs = extrapolation.test_pairs(task, 7, 30)

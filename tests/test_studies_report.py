@@ -42,6 +42,44 @@ def test_a_changed_number_changes_the_readme(tmp_path, monkeypatch):
     assert before != after
 
 
+def _shift_extrapolation(p):
+    import extrapolation
+
+    p["results"]["runs"][0]["exact_match"][p["settings"]["L"]] += 0.5
+    return extrapolation.summarize(p["results"]["runs"], p["settings"])
+
+
+def _shift_no_softmax(p):
+    import no_softmax
+
+    p["results"]["runs"][0]["final_accuracy"] -= 0.5
+    return {**p["results"], "comparisons": no_softmax.comparisons(p["results"]["runs"], p["settings"])}
+
+
+def _shift_restricted_attention(p):
+    import restricted_attention
+
+    p["results"]["runs"][0]["final_accuracy"] += 0.1
+    return restricted_attention.summarize(p["results"]["runs"], p["settings"])
+
+
+@pytest.mark.parametrize("name, part, shift", [("extrapolation", "extrapolation", _shift_extrapolation),
+                                               ("no_softmax", "no-softmax", _shift_no_softmax),
+                                               ("restricted_attention", "restricted-attention",
+                                                _shift_restricted_attention)])
+def test_a_changed_run_changes_the_generated_tables(tmp_path, monkeypatch, name, part, shift):
+    # one run's figure changed and the summaries recomputed from the runs: the generated part changes with it
+    (tmp_path / name).mkdir()
+    payload = json.loads((report.RESULTS / name / "results.json").read_text(encoding="utf-8"))
+    text = f"<!-- BEGIN GENERATED {part} -->\n<!-- END GENERATED {part} -->"
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    (tmp_path / name / "results.json").write_text(json.dumps(payload), encoding="utf-8")
+    before = report.render(text)
+    payload["results"] = shift(payload)
+    (tmp_path / name / "results.json").write_text(json.dumps(payload), encoding="utf-8")
+    assert report.render(text) != before
+
+
 def test_a_study_without_results_is_marked_pending(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "RESULTS", tmp_path)
     out = report.render("<!-- BEGIN GENERATED multi30k-table3 -->\nold\n<!-- END GENERATED multi30k-table3 -->")
