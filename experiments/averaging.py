@@ -11,7 +11,8 @@ runs the commands a reader would type:
 
 for M = 1 (the checkpoint itself), 2, 5, 10, at STEP = 400 and 600 (budgets where the model has not yet
 saturated) and 1000 (the toy default's convergence, valid BLEU 99), and reads the BLEU from the JSON evaluate
-writes. A checkpoint file named by its step makes evaluate average the M files ending there; the Noam schedule
+writes. Beside it, the same averaged weights (``load_run``, the command's own loader) give the true test
+perplexity (no label smoothing), so "averaging helps" is judged on both: BLEU higher and perplexity lower. A checkpoint file named by its step makes evaluate average the M files ending there; the Noam schedule
 does not depend on the step limit, so the files up to step 600 of this run are those a 600-step run writes,
 and one run per seed serves every budget (hence --keep 40, every file of the run, instead of the last 10).
 --eval-every 1000 keeps the default's early stop at valid BLEU 99 from ending a run before its last budget.
@@ -38,6 +39,7 @@ import common  # first: it sets the BLAS threads before NumPy loads
 import training
 
 from minitransformer import cli
+from minitransformer.kit.cli.common import load_run
 
 NAME = "averaging"
 
@@ -58,15 +60,23 @@ def command(argv: list) -> str:
     return printed.getvalue()
 
 
-def evaluate(folder: Path, step: int, average: int, limit=None) -> dict:
+def evaluate(folder: Path, step: int, average: int, limit=None, perplexity: bool = False) -> dict:
     """``minitransformer evaluate`` of the average of the last ``average`` checkpoints up to ``step``: its JSON
-    (bleu, the checkpoint files used, ...) with the steps of those files added."""
+    (bleu, the checkpoint files used, ...) with the steps of those files added; perplexity: also the averaged
+    model's true test perplexity (no label smoothing), from the same files as the command averaged."""
     path = folder / f"eval-{step}-{average}.json"
-    command(["evaluate", "--checkpoint", folder / f"checkpoint-{step}.safetensors", "--split", "test", "--average",
-             average, "--json", path] + ([] if limit is None else ["--limit", limit]))
+    checkpoint = folder / f"checkpoint-{step}.safetensors"
+    command(["evaluate", "--checkpoint", checkpoint, "--split", "test", "--average", average, "--json", path]
+            + ([] if limit is None else ["--limit", limit]))
     result = json.loads(path.read_text(encoding="utf-8"))
     used = result["checkpoint"] if isinstance(result["checkpoint"], list) else [result["checkpoint"]]
     result["steps"] = [int(Path(f).stem.split("-")[1]) for f in used]
+    if perplexity:
+        ck, model, src_tok, tgt_tok, files = load_run(checkpoint, average)
+        assert files == used, (files, used)                      # the model the command scored
+        model.eval()
+        batches = training.split_batches(ck.extra["task"], "test", src_tok, tgt_tok, limit=limit)
+        result["ppl"] = training.true_perplexity(model, batches)
     return result
 
 
@@ -79,13 +89,14 @@ def run_one(job: tuple) -> dict:
                  "--keep", s["keep"], "--eval-every", s["steps"], "--out", folder, "--no-plots",
                  "--no-progress", "--seed", seed] + ([] if s["limit"] is None else ["--limit", s["limit"]]))
         metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
-        bleu = {str(steps): {str(m): evaluate(folder, steps, m, s["limit"]) for m in s["averages"]}
+        bleu = {str(steps): {str(m): evaluate(folder, steps, m, s["limit"], perplexity=True) for m in s["averages"]}
                 for steps in s["budgets"]}
         curve = {step: evaluate(folder, step, 1, s["limit"])["bleu"]
                  for step in range(s["save_every"], s["steps"] + 1, s["save_every"]) if step >= s["curve_from"]}
     return {"seed": seed, "train_seconds": metrics["train_seconds"], "steps": metrics["steps"],
             "train_bleu_at_end": metrics["bleu"],   # the test BLEU the train command printed: evaluate's M=1 at the end
             "bleu": {b: {m: e["bleu"] for m, e in by_m.items()} for b, by_m in bleu.items()},
+            "ppl": {b: {m: e["ppl"] for m, e in by_m.items()} for b, by_m in bleu.items()},
             "averaged_steps": {b: {m: e["steps"] for m, e in by_m.items()} for b, by_m in bleu.items()},
             "curve": {"step": list(curve), "bleu": list(curve.values())}}
 
@@ -104,21 +115,25 @@ def run(s, progress=True) -> dict:
 
 
 def comparisons(runs: list, s: dict) -> dict:
-    """The mean of the last M checkpoints against the last one alone, at each budget, paired by seed."""
+    """The mean of the last M checkpoints against the last one alone, at each budget, paired by seed: "helps" is
+    BLEU higher and perplexity lower."""
     import stats
 
+    metrics = {"bleu": (1, 0.0), "ppl": (-1, 0.0)}
     out = {}
     for b in s["budgets"]:
-        last = {"bleu": {r["seed"]: r["bleu"][str(b)]["1"] for r in runs}}
+        last = {k: {r["seed"]: r[k][str(b)]["1"] for r in runs} for k in metrics}
         for m in s["averages"][1:]:
-            arm = {"bleu": {r["seed"]: r["bleu"][str(b)][str(m)] for r in runs}}
-            out[f"last {m} - last 1, {b} steps"] = {"claim": "averaging helps", **stats.compare(last, arm, {"bleu": (1, 0.0)})}
+            arm = {k: {r["seed"]: r[k][str(b)][str(m)] for r in runs} for k in metrics}
+            out[f"last {m} - last 1, {b} steps"] = {"claim": "averaging helps", "formats": {"ppl": "+.3f"},
+                                                    **stats.compare(last, arm, metrics)}
     return out
 
 
 def summarize(runs: list, s: dict) -> dict:
     """The table (mean +- sample SD over seeds) and the comparisons, from the runs alone."""
     table = [{"steps": b, "average": m, "bleu": common.summary([r["bleu"][str(b)][str(m)] for r in runs]),
+              "ppl": common.summary([r["ppl"][str(b)][str(m)] for r in runs]),
               "gain": common.summary(gains(runs, b, m)), "gain_per_seed": gains(runs, b, m),
               "averaged_steps": runs[0]["averaged_steps"][str(b)][str(m)]}
              for b in s["budgets"] for m in s["averages"]]
@@ -127,17 +142,17 @@ def summarize(runs: list, s: dict) -> dict:
 
 
 def markdown_table(table: list, s: dict) -> str:
-    title = (f"Checkpoint averaging on the {s['task']} corpus, test BLEU, {len(s['seeds'])} seeds, a checkpoint "
-             f"every {s['save_every']} steps")
+    title = (f"Checkpoint averaging on the {s['task']} corpus, test BLEU and true test perplexity (no label "
+             f"smoothing), {len(s['seeds'])} seeds, a checkpoint every {s['save_every']} steps")
     header = ["steps", "checkpoints averaged", "their steps", "BLEU (mean +- sample SD)", "min .. max",
-              "gain over the last (mean +- sample SD)", "gain per seed"]
+              "gain over the last (mean +- sample SD)", "gain per seed", "test PPL (mean +- sample SD)"]
     rows = []
     for row in table:
         steps = row["averaged_steps"]
         span = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
         rows.append([row["steps"], row["average"], span, common.mean_std(row["bleu"]),
                      f"{row['bleu']['min']:.2f} .. {row['bleu']['max']:.2f}", common.mean_std(row["gain"], sign="+"),
-                     ", ".join(f"{g:+.2f}" for g in row["gain_per_seed"])])
+                     ", ".join(f"{g:+.2f}" for g in row["gain_per_seed"]), common.mean_std(row["ppl"], ".3f")])
     return common.markdown_table(title, header, rows)
 
 

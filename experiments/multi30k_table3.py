@@ -103,16 +103,6 @@ def jobs_of(s: dict, folder: Path, data_dir) -> list:
     return jobs
 
 
-def _test_batches(settings: dict, data) -> list:
-    from minitransformer.kit.data.batching import BucketBatcher
-    from minitransformer.kit.data.task_data import TRANSLATION_MAX_LEN, _encode_pairs
-
-    pairs = training.load_pairs(settings["task"], "test", settings["data_dir"])
-    ids = _encode_pairs(pairs, data.src_tok, data.tgt_tok, TRANSLATION_MAX_LEN - 1)
-    batcher = BucketBatcher(ids, max_tokens=settings["max_tokens"], shuffle=False)
-    return [batcher.batch(ix) for ix in batcher.batches_for_epoch(0)]
-
-
 def run_one(job: dict) -> dict:
     """Train one (row, seed) to its step limit (resuming its scratch checkpoints if a run was cut short), then
     score the mean of its last checkpoints. The scratch folder is removed once the result is measured."""
@@ -136,7 +126,8 @@ def run_one(job: dict) -> dict:
     trainer.fit()
     model = trainer.model
     model.eval()
-    test_batches = _test_batches(settings, data)
+    test_batches = training.split_batches(settings["task"], "test", data.src_tok, data.tgt_tok,
+                                          settings["data_dir"], settings["max_tokens"])
     pairs = training.load_pairs(settings["task"], "test", settings["data_dir"])
     lowercase = settings["task"] == "multi30k"
 

@@ -6,6 +6,7 @@ the command line trains. What a study then measures of the trained model is here
 
     true_perplexity   exp(mean negative log-likelihood per target token) with no label smoothing: the
                       perplexity of the model's distribution, whatever loss it was trained with
+    split_batches     a split's sentence pairs in batches, encoded with a run's tokenisers (its test perplexity)
     test_bleu         greedy BLEU on the task's test split (the toy corpus: 500 sentences)
     token_calibration the confidence of each predicted next token (its probability, teacher forcing) against
                       whether it was right, in bins: the reliability diagram of a label-smoothing study
@@ -76,6 +77,18 @@ def true_perplexity(model, batches, pad_id: int = 0) -> float:
         total += loss * loss_fn.num_tokens
         count += loss_fn.num_tokens
     return float(numpy.exp(total / count))
+
+
+def split_batches(task: str, split: str, src_tok, tgt_tok, data_dir=None, max_tokens: int = 4096,
+                  limit: int | None = None) -> list:
+    """The (first ``limit``) pairs of a translation task's split, encoded with these tokenisers and batched in
+    order (a pair the model cannot hold is left out, as in training): what ``true_perplexity`` reads."""
+    from minitransformer.kit.data.batching import BucketBatcher
+    from minitransformer.kit.data.task_data import TRANSLATION_MAX_LEN, _encode_pairs
+
+    ids = _encode_pairs(load_pairs(task, split, data_dir)[:limit], src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
+    batcher = BucketBatcher(ids, max_tokens=max_tokens, shuffle=False)
+    return [batcher.batch(ix) for ix in batcher.batches_for_epoch(0)]
 
 
 def test_bleu(model, data, task: str = "toy", split: str = "test") -> float:

@@ -99,10 +99,25 @@ def test_averaging_quick(tmp_path):
                 assert 0.0 <= r["bleu"][str(b)][str(m)] <= 100.0
                 # evaluate averaged the last m files written up to step b, a file every save_every steps
                 assert r["averaged_steps"][str(b)][str(m)] == [b - k * s["save_every"] for k in range(m)][::-1]
+                assert 1.0 <= r["ppl"][str(b)][str(m)] < 10_000            # exp(mean NLL): at least 1, finite
         # the last file alone is the model the train command scored at its end
         np.testing.assert_allclose(r["bleu"][str(s["steps"])]["1"], r["train_bleu_at_end"], rtol=1e-9)
         assert r["curve"]["step"][-1] == s["steps"] and r["curve"]["bleu"][-1] == r["train_bleu_at_end"]
     assert (tmp_path / "averaging_bleu.png").stat().st_size > 0
+
+
+def test_averaging_helps_only_when_bleu_rises_and_perplexity_falls():
+    s = {"budgets": [600], "averages": [1, 5]}
+
+    def runs(bleu_gains, ppl_gains):
+        return [{"seed": seed, "bleu": {"600": {"1": 90.0, "5": 90.0 + g}}, "ppl": {"600": {"1": 1.5, "5": 1.5 + p}}}
+                for seed, (g, p) in enumerate(zip(bleu_gains, ppl_gains))]
+
+    verdict = lambda r: averaging.comparisons(r, s)["last 5 - last 1, 600 steps"]["verdict"]
+    assert verdict(runs([1.0, 1.2, 0.9], [-0.02, -0.025, -0.018])) == "reproduced"
+    assert verdict(runs([1.0, 1.2, 0.9], [0.02, 0.025, 0.018])) == "inconclusive"       # the two metrics disagree
+    assert verdict(runs([-1.0, -1.2, -0.9], [0.02, 0.025, 0.018])) == "opposite"
+    assert verdict(runs([1.0, -1.2, 0.9], [-0.02, -0.025, -0.018])) == "inconclusive"   # BLEU's interval crosses 0
 
 
 def test_gains_are_average_minus_last_per_seed():
