@@ -32,7 +32,7 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, train
+from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, steps_or_censored, train
 
 NAME = "attention_variants"
 LABELS = {"dot": "dot product, unscaled", "scaled": "dot product / sqrt(d_k)", "additive": "additive, d_hidden = d_k"}
@@ -51,10 +51,6 @@ def label(kind: str) -> str:
 def arms(s: dict) -> list:
     """(kind, d_k) of every arm; an additive arm whose hidden size equals d_k is the plain "additive" one."""
     return [(kind, d_k) for d_k in s["d_ks"] for kind in s["kinds"] if kind != f"additive:{d_k}"]
-
-
-def steps_or_censored(run: dict, s: dict) -> int:
-    return run["steps_to_target"] if run["steps_to_target"] is not None else s["steps"] + s["eval_every"]
 
 
 def run(s, progress=True) -> dict:

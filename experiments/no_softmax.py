@@ -21,7 +21,7 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL, run_grid
+from retrieval import QUICK_RETRIEVAL, RETRIEVAL, run_grid, steps_or_censored
 
 NAME = "no_softmax"
 LABELS = {"scaled": "softmax(S)", "raw": "S (no softmax)", "normalised": "S / (sum|S| + 1)"}
@@ -32,11 +32,6 @@ QUICK = dict(QUICK_RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16
 def run(s, progress=True) -> dict:
     res = run_grid(s, "no softmax", LABELS, progress)
     return {**res, "comparisons": comparisons(res["runs"], s)}
-
-
-def steps_or_censored(run: dict, s: dict) -> int:
-    """The steps to the target accuracy; a run that never got there counts as one evaluation past the end."""
-    return run["steps_to_target"] if run["steps_to_target"] is not None else s["steps"] + s["eval_every"]
 
 
 def comparisons(runs: list, s: dict) -> dict:

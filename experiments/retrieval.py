@@ -85,6 +85,11 @@ def train(kind: str, d_k: int, seed: int, s: dict, bar=None) -> dict:
             "steps_to_target": reached[0] if reached else None}
 
 
+def steps_or_censored(run: dict, s: dict) -> int:
+    """The steps to the target accuracy; a run that never got there counts as one evaluation past the end."""
+    return run["steps_to_target"] if run["steps_to_target"] is not None else s["steps"] + s["eval_every"]
+
+
 def aggregate(runs: list, kinds, d_ks) -> dict:
     """Per (kind, d_k): mean and spread over seeds of the final figures and the curves."""
     out = {}
