@@ -50,6 +50,43 @@ def _run_line(p: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- the sections
 
+def claims_table(claims: list, title: str) -> str:
+    """A study's claims, each with what was measured and the verdict its script derived."""
+    return common.markdown_table(title, ["claim", "measured", "reproduced?"],
+                                 [[c["claim"], c["measured"], c["verdict"]] for c in claims])
+
+
+def table1() -> str:
+    p = load("table1")
+    if p is None or "claims" not in p["results"]:
+        return pending("table1", "python experiments/table1.py")
+    import table1 as t1
+
+    s, res = p["settings"], p["results"]
+    ns, heads = s["ns"], ["n", *(t1.SHORT[k] for k in t1.KINDS)]
+    times = [[n, *(f"{res['cost'][k][str(n)]['best_ms']:.3g}" for k in t1.KINDS)] for n in ns]
+    memory = [[n, *(f"{res['cost'][k][str(n)]['peak_bytes'] / 2 ** 20:.3g}" for k in t1.KINDS)] for n in ns]
+    c, d = res["crossover"], s["d"]
+    at = (lambda x: f"at n = {x:.0f}" if x is not None else f"beyond the range (n <= {ns[-1]})")
+    crossing = (f"Where self-attention stops being cheaper at d = {d}: in multiply-adds, against the recurrent layer "
+                f"{at(c['multiply_adds_self_attention_vs_recurrent_n'])} and against the convolution "
+                f"{at(c['multiply_adds_self_attention_vs_convolution_n'])}; in time, against the recurrent layer "
+                f"{at(c['time_self_attention_vs_recurrent_n'])}, against the convolution "
+                f"{at(c['time_self_attention_vs_convolution_n'])}, and the multi-head layer against the recurrent "
+                f"layer {at(c['time_multi_head_vs_recurrent_n'])}.")
+    grad = res["gradient_first_to_last"]
+    across = "; ".join(f"{t1.SHORT[k]}: " + ", ".join(f"{grad[k][str(n)]:.2g} at n = {n}" for n in ns) for k in grad)
+    return "\n\n".join([
+        _run_line(p),
+        claims_table(res["claims"], f"Table 1's claims at d = {d}; a growth matches a formula when its exponent "
+                     "rounds to the formula's power of n, a count when it equals the formula at every n"),
+        common.markdown_table("Time, ms (best of repeats), forward + backward", heads, times),
+        common.markdown_table("Peak memory, MiB (tracemalloc)", heads, memory),
+        crossing,
+        (f"|d out_n / d x_1| through one layer (d = {d}, the mean of {t1.GRADIENT_DRAWS} draws; 0 is underflow): "
+         f"{across}.")])
+
+
 def table1_by_d() -> str:
     p = load("table1_by_d")
     if p is None or "crossover_by_d" not in p["results"]:
@@ -226,7 +263,7 @@ def no_softmax() -> str:
 
 def restricted_attention() -> str:
     p = load("restricted_attention")
-    if p is None or "configs" not in p["results"]:
+    if p is None or "claims" not in p["results"]:
         return pending("restricted_attention", "python experiments/restricted_attention.py")
     s, res = p["settings"], p["results"]
     span = (lambda x: "-" if x is None else f"{x['min']:.2f} .. {x['max']:.2f}")
@@ -245,7 +282,7 @@ def restricted_attention() -> str:
             f"{res['reverse_full_reach_mean_accuracy']:.3f}; copy: {res['copy_mean_accuracy']:.3f}.")
     return "\n\n".join([_run_line(p), common.markdown_table(title, [
         "task", "r", "L", "r*L", "accuracy", "min .. max", "bound", "largest excess", "within reach",
-        "beyond reach"], rows), line])
+        "beyond reach"], rows), line, claims_table(res["claims"], "§4's claims, each verdict derived from the runs")])
 
 
 def extrapolation() -> str:
@@ -287,7 +324,7 @@ def extrapolation() -> str:
     return "\n\n".join(parts)
 
 
-SECTIONS = {"table1-by-d": table1_by_d, "attention-variants": attention_variants, "table3": table3,
+SECTIONS = {"table1": table1, "table1-by-d": table1_by_d, "attention-variants": attention_variants, "table3": table3,
             "table3-300-steps": table3_300_steps, "multi30k-table3": multi30k_table3,
             "label-smoothing": label_smoothing, "warmup-and-norm": warmup_and_norm, "averaging": averaging,
             "extrapolation": extrapolation, "no-softmax": no_softmax, "restricted-attention": restricted_attention}
@@ -324,6 +361,7 @@ def recompute() -> list:
     import label_smoothing
     import no_softmax
     import restricted_attention
+    import table1
     import warmup_and_norm
 
     done = []
@@ -336,6 +374,7 @@ def recompute() -> list:
                          p["results"]["runs"], p["settings"])}),
                      ("restricted_attention", lambda p: restricted_attention.summarize(p["results"]["runs"],
                                                                                        p["settings"])),
+                     ("table1", lambda p: {**p["results"], "claims": table1.claims(p["results"], p["settings"])}),
                      ("table3_300_steps", recompute_table3_300_steps)):
         path = RESULTS / name / "results.json"
         if not path.exists():

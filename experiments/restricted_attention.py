@@ -21,6 +21,7 @@ range over the seeds and its largest excess over the bound.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -129,7 +130,67 @@ def summarize(runs: list, s: dict) -> dict:
             "largest_excess_over_bound": max((x["final_accuracy"] - x["bound"] for x in runs), default=None),
             "reverse_short_reach_mean_accuracy": _mean([x["final_accuracy"] for x in rev if x["reach"] < n - 1]),
             "reverse_full_reach_mean_accuracy": _mean([x["final_accuracy"] for x in rev if x["reach"] >= n - 1]),
-            "copy_mean_accuracy": _mean([x["final_accuracy"] for x in runs if x["task"] == "copy"])}
+            "copy_mean_accuracy": _mean([x["final_accuracy"] for x in runs if x["task"] == "copy"]),
+            "claims": claims(runs, configs, s)}
+
+
+LEARNED = 0.9        # a position "learned": at least this accuracy (chance is 1/symbols)
+SIGMAS = 4           # a run "above its bound": by more than this many standard errors of chance guessing
+
+
+def excess_allowed(run: dict, s: dict) -> float:
+    """How far a run's accuracy may pass its bound by sampling alone: SIGMAS standard errors of the mean accuracy
+    that chance guessing gives at the positions beyond its reach, over eval_examples held-out sequences."""
+    p, beyond = 1.0 / s["symbols"], sum(b < 1.0 for b in run["bound_per_position"])
+    return SIGMAS * math.sqrt(beyond * p * (1 - p) / s["eval_examples"]) / s["n"]
+
+
+NOT_RUN = {"measured": "not in this run's settings", "verdict": "not run"}
+
+
+def claims(runs: list, configs: dict, s: dict) -> list:
+    """§4's claims about restricted attention, each with what was measured and a verdict from the runs alone."""
+    n, chance = s["n"], 1.0 / s["symbols"]
+    out = [{"claim": "restricting attention to a neighbourhood of size r raises the maximum path length to O(n/r): "
+                     "with L layers, information travels at most r*L", **NOT_RUN},
+           {"claim": "a task within reach succeeds", **NOT_RUN},
+           {"claim": "with enough reach, reverse is learnable through the window", **NOT_RUN}]
+    short = [x for x in runs if x["task"] == "reverse" and x["reach"] < n - 1]
+    if short:
+        above = [x for x in short if x["final_accuracy"] - x["bound"] > excess_allowed(x, s)]
+        beyond = [a for x in short for a, b in zip(x["per_position"], x["bound_per_position"]) if b < 1.0]
+        partial = [x for x in short if min((a for a, b in zip(x["per_position"], x["bound_per_position"])
+                                            if b == 1.0), default=1.0) < LEARNED]
+        out[0].update(
+            measured=f"reverse with r*L < {n - 1} ({len(short)} runs): positions beyond r*L at {min(beyond):.2f} "
+                     f"to {max(beyond):.2f} (chance {chance:.2f}); the largest excess of a run over its bound "
+                     f"{max(x['final_accuracy'] - x['bound'] for x in short):+.3f}, {len(above)} runs above it by "
+                     f"more than {SIGMAS} standard errors of chance; within the reach, {len(short) - len(partial)} "
+                     f"of {len(short)} runs at {LEARNED} or more at every position"
+                     + "".join(f"; (r, L) = ({x['r']}, {x['layers']}) seed {x['seed']} learned only part of its "
+                               f"reach ({x['final_accuracy']:.3f} against a bound of {x['bound']:.3f})"
+                               for x in partial),
+            verdict="yes: the bound holds for every run" if not above else f"no: {len(above)} runs pass it")
+    copy = [c for c in configs.values() if c["task"] == "copy"]
+    if copy:
+        lowest = min(a for c in copy for a in c["per_seed"])
+        out[1].update(measured=f"copy, all {len(copy)} (r, L) on every seed ({sum(len(c['per_seed']) for c in copy)} "
+                               f"runs), from r*L = {min(c['reach'] for c in copy)}: the lowest accuracy {lowest:.3f}",
+                      verdict="yes" if lowest >= LEARNED else "no")
+    # Reach n - 2 leaves the two ends out of reach: the most a model can score without the full path.
+    ceiling = float(bound("reverse", n, n - 2, s["symbols"]).mean())
+    full = [c for c in configs.values() if c["task"] == "reverse" and c["reach"] >= n - 1]
+    if full:
+        below = [a for c in full for a in c["per_seed"] if a <= ceiling]
+        out[2].update(
+            measured=f"r*L >= {n - 1}: " + "; ".join(
+                f"{c['accuracy']['mean']:.3f} ({c['accuracy']['min']:.3f} to {c['accuracy']['max']:.3f}) for r = "
+                f"{c['r']}, L = {c['layers']}" for c in full) + f"; a reach of {n - 2} allows at most {ceiling:.3f}",
+            verdict=("yes: every run above what a shorter reach allows" if not below else
+                     f"yes on the mean over seeds; {len(below)} of {sum(len(c['per_seed']) for c in full)} runs not "
+                     "above what a shorter reach allows" if all(c["accuracy"]["mean"] > ceiling for c in full)
+                     else "no"))
+    return out
 
 
 def _mean(values):

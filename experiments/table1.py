@@ -162,7 +162,10 @@ def recurrent_steps_on_path(n: int, s, rng) -> int:
     return (depth[n] - depth[1]) // per_step
 
 
-def gradient_across(kind: str, n: int, s, rng, draws: int = 5) -> float:
+GRADIENT_DRAWS = 5
+
+
+def gradient_across(kind: str, n: int, s, rng, draws: int = GRADIENT_DRAWS) -> float:
     """|d out_n / d x_1| for a random unit direction at out_n, in one layer at width d; the mean of a few draws
     (inputs, weights and direction drawn anew each time)."""
     d = s["d"]
@@ -190,6 +193,119 @@ def crossover(ns, a, b):
 
 
 CROSSOVER_KINDS = ("self_attention", "recurrent", "convolution")
+
+
+SHORT = {"self_attention": "self-attention", "multi_head": "multi-head", "recurrent": "recurrent",
+         "convolution": "convolution", "restricted_mask": "band mask", "restricted_banded": "band only"}
+
+
+def growth(values: list, ns: list) -> float:
+    """The exponent e of values ~ n^e, read off the last two doublings of the range (n/4 to n), where each layer's
+    leading term dominates its fixed costs."""
+    return math.log(values[-1] / values[-3]) / math.log(ns[-1] / ns[-3])
+
+
+def _order(e: float) -> str:
+    """An exponent as the power of n it rounds to, the rule by which a measured growth matches a formula."""
+    return {0: "O(1)", 1: "O(n)", 2: "O(n^2)"}.get(round(e), f"O(n^{round(e)})")
+
+
+def claims(res: dict, s: dict) -> list:
+    """Table 1's claims, each with what was measured and a verdict derived from the stored numbers alone.
+
+    Growth: an exponent matches a formula's power of n when it rounds to it (time and memory both). Counts
+    (sequential operations, path lengths) must equal the formula at every n measured. The n < d crossover: the
+    count must fall at n = d (within 1%); the time at n within a factor 2 of d."""
+    ns, k, r, d = s["ns"], s["kernel"], s["r"], s["d"]
+    pns = s["path_ns"]
+    cost = {kind: [res["cost"][kind][str(n)] for n in ns] for kind in KINDS}
+    exps = {kind: (growth([c["best_ms"] for c in cost[kind]], ns), growth([c["peak_bytes"] for c in cost[kind]], ns))
+            for kind in KINDS}
+    span = f"from n = {ns[-3]} to {ns[-1]}"
+    out = []
+
+    def matches(kind, power):
+        return all(round(e) == power for e in exps[kind])
+
+    def growth_text(kind):
+        return f"time n^{exps[kind][0]:.2f}, memory n^{exps[kind][1]:.2f}"
+
+    for claim, kind, power in (("self-attention costs O(n^2 d)", "self_attention", 2),
+                               ("recurrent costs O(n d^2)", "recurrent", 1),
+                               ("convolution costs O(k n d^2)", "convolution", 1)):
+        out.append({"claim": claim, "measured": f"{growth_text(kind)} {span}",
+                    "verdict": "yes" if matches(kind, power) else f"no ({_order(exps[kind][0])} in time)"})
+    mask, banded = matches("restricted_mask", 1), matches("restricted_banded", 1)
+    verdict = ("yes" if mask and banded else
+               f"only when the band alone is computed (the band mask on the n x n grid: "
+               f"{_order(exps['restricted_mask'][0])})" if banded else "no")
+    out.append({"claim": "restricted self-attention costs O(r n d)",
+                "measured": f"with the band mask: {growth_text('restricted_mask')}; computing the band only: "
+                            f"{growth_text('restricted_banded')}", "verdict": verdict})
+
+    seq = {kind: [res["sequential_operations"][kind][str(n)] for n in ns] for kind in KINDS}
+
+    def constant(kinds):
+        return all(len(set(seq[kind])) == 1 for kind in kinds)
+
+    def at_every_n(kinds):
+        return ", ".join(f"{SHORT[kind]} {seq[kind][0]}" if len(set(seq[kind])) == 1 else
+                         f"{SHORT[kind]} {seq[kind][0]} .. {seq[kind][-1]}" for kind in kinds)
+
+    out.append({"claim": "self-attention: O(1) sequential operations",
+                "measured": f"{at_every_n(['self_attention', 'multi_head'])}, at every n",
+                "verdict": "yes" if constant(["self_attention", "multi_head"]) else "no"})
+    per_n = {x / n for x, n in zip(seq["recurrent"], ns)}                # one value: proportional to n
+    out.append({"claim": "recurrent: O(n) sequential operations",
+                "measured": (f"{min(per_n):g} n exactly" if len(per_n) == 1 else "not proportional to n")
+                + f" ({seq['recurrent'][0]} at n = {ns[0]}, {seq['recurrent'][-1]} at n = {ns[-1]})",
+                "verdict": "yes" if len(per_n) == 1 else "no"})
+    kinds = ["convolution", "restricted_mask", "restricted_banded"]
+    out.append({"claim": "convolution, restricted: O(1) sequential operations",
+                "measured": f"{at_every_n(kinds)}, at every n", "verdict": "yes" if constant(kinds) else "no"})
+
+    path = {kind: {n: res["path_length_layers"][kind][str(n)] for n in pns} for kind in KINDS}
+    steps = {n: res["recurrent_steps_on_path"][str(n)] for n in pns}
+    ones = all(path[kind][n] == 1 for kind in ("self_attention", "multi_head") for n in pns)
+    out.append({"claim": "self-attention: maximum path length O(1)",
+                "measured": "1 layer at every n (multi-head too)" if ones else "more than 1 layer at some n",
+                "verdict": "yes" if ones else "no"})
+    rec = all(path["recurrent"][n] == 1 and steps[n] == n - 1 for n in pns)
+    out.append({"claim": "recurrent: maximum path length O(n)",
+                "measured": ("1 layer, through n - 1 recurrent steps at every n" if rec else
+                             f"steps: {', '.join(str(steps[n]) for n in pns)} for n = {pns[0]} .. {pns[-1]}"),
+                "verdict": "yes" if rec else "no"})
+    conv = [path["convolution"][n] for n in pns]
+    ok = conv == [math.ceil((n - 1) / (k // 2)) for n in pns]
+    out.append({"claim": "convolution: O(n/k) layers (contiguous kernels)",
+                "measured": f"{conv[0]} .. {conv[-1]} layers for n = {pns[0]} .. {pns[-1]}: "
+                            f"ceil((n - 1) / {k // 2}){' at every n' if ok else ' not at every n'}, each layer "
+                            f"reaching floor(k/2) = {k // 2} further",
+                "verdict": "yes (O(log_k n) for dilated kernels: not run)" if ok else "no"})
+    band = [path["restricted_banded"][n] for n in pns]
+    both = [n for n in pns if path["restricted_mask"][n] is not None]
+    ok = (band == [math.ceil((n - 1) / r) for n in pns]
+          and all(path["restricted_mask"][n] == path["restricted_banded"][n] for n in both))
+    out.append({"claim": "restricted: maximum path length O(n/r)",
+                "measured": f"{', '.join(str(x) for x in band)} layers for n = {pns[0]} .. {pns[-1]} (r = {r}; the "
+                            f"band mask to n = {both[-1]}, the band alone to {pns[-1]})",
+                "verdict": "yes: ceil((n - 1) / r) at every n, both layers alike" if ok else "no"})
+
+    c = res["crossover"]
+    count = abs(c["multiply_adds_self_attention_vs_recurrent_n"] - d) <= 0.01 * d
+    timed = c["time_self_attention_vs_recurrent_n"]
+    in_time = timed is not None and d / 2 <= timed <= 2 * d
+    where = (f"at n = {timed:.0f}" if timed is not None else
+             f"never up to n = {ns[-1]} ({cost['self_attention'][-1]['best_ms']:.3g} ms against "
+             f"{cost['recurrent'][-1]['best_ms']:.3g} ms at n = {ns[-1]})")
+    mh = c["time_multi_head_vs_recurrent_n"]
+    out.append({"claim": '"self-attention layers are faster than recurrent layers when n < d"',
+                "measured": f"counted in multiply-adds, the crossover is at n = "
+                            f"{c['multiply_adds_self_attention_vs_recurrent_n']:.0f} (d = {d}); measured in time, "
+                            f"{where}; the multi-head layer with its projections "
+                            + (f"at n = {mh:.0f}" if mh is not None else "never in the range"),
+                "verdict": f"the count {'yes' if count else 'no'}; in time {'yes' if in_time else 'no'} on this CPU"})
+    return out
 
 
 def crossover_by_d(s, rng, bar=None) -> dict:
@@ -244,7 +360,7 @@ def run(s, progress=True) -> dict:
     best = {k: [cost[k][n]["best_ms"] for n in ns] for k in KINDS}
     flops = {k: [cost[k][n]["multiply_adds"] for n in ns] for k in KINDS}
     d = s["d"]
-    return {
+    results = {
         "cost": {k: {str(n): v for n, v in cost[k].items()} for k in KINDS},
         "sequential_operations": {k: {str(n): v for n, v in seq[k].items()} for k in KINDS},
         "path_length_layers": {k: {str(n): v for n, v in path[k].items()} for k in KINDS},
@@ -263,6 +379,7 @@ def run(s, progress=True) -> dict:
         "labels": {k: v[0] for k, v in KINDS.items()},
         "formulas": {k: {"complexity": v[1], "path": v[2]} for k, v in KINDS.items()},
     }
+    return {**results, "claims": claims(results, s)}
 
 
 def figures(payload) -> dict:

@@ -179,7 +179,7 @@ def test_no_softmax_verdicts_on_constructed_runs():
 def test_restricted_attention_summary_per_config():
     import restricted_attention as ra
 
-    s = {"n": 4, "tasks": ["reverse"], "configs": [[1, 1]], "seeds": [0, 1]}
+    s = {"n": 4, "symbols": 10, "eval_examples": 100, "tasks": ["reverse"], "configs": [[1, 1]], "seeds": [0, 1]}
     b = ra.bound("reverse", 4, 1, 10).tolist()                      # positions 1, 2 within reach
     runs = [{"task": "reverse", "r": 1, "layers": 1, "reach": 1, "seed": seed, "final_accuracy": acc,
              "bound": float(np.mean(b)), "bound_per_position": b, "per_position": pos}
@@ -189,6 +189,78 @@ def test_restricted_attention_summary_per_config():
     assert c["largest_excess"] == pytest.approx(0.60 - 0.55)
     assert c["within_reach"]["min"] == pytest.approx(0.9) and c["within_reach"]["max"] == pytest.approx(1.0)
     assert c["beyond_reach"]["min"] == pytest.approx(0.1) and c["beyond_reach"]["max"] == pytest.approx(0.2)
+
+
+def _restricted_run(task, r, layers, seed, per_position):
+    import restricted_attention as ra
+
+    b = ra.bound(task, len(per_position), r * layers, 10).tolist()
+    return {"task": task, "r": r, "layers": layers, "reach": r * layers, "seed": seed,
+            "final_accuracy": float(np.mean(per_position)), "per_position": per_position,
+            "bound": float(np.mean(b)), "bound_per_position": b}
+
+
+def test_restricted_attention_claims_on_constructed_runs():
+    import restricted_attention as ra
+
+    # n = 4 reversed: distances 3, 1, 1, 3; reach 1 sees the middle two, reach 3 all four
+    s = {"n": 4, "symbols": 10, "eval_examples": 100, "tasks": ["reverse", "copy"], "configs": [[1, 1], [3, 1]],
+         "seeds": [0, 1]}
+
+    def runs(short=(0.1, 1.0, 1.0, 0.1), copy=(1.0, 1.0, 1.0, 1.0), full=(1.0, 1.0, 1.0, 1.0)):
+        return [_restricted_run(task, r, 1, seed, list(pos)) for seed in (0, 1)
+                for task, r, pos in (("reverse", 1, short), ("reverse", 3, full), ("copy", 1, copy), ("copy", 3, copy))]
+
+    verdicts = [c["verdict"] for c in ra.summarize(runs(), s)["claims"]]
+    assert verdicts == ["yes: the bound holds for every run", "yes", "yes: every run above what a shorter reach allows"]
+    # an end position far above chance where the path cannot reach: the bound is broken
+    assert ra.summarize(runs(short=(0.6, 1.0, 1.0, 0.1)), s)["claims"][0]["verdict"] == "no: 2 runs pass it"
+    # within sampling error of chance (one standard error at 100 sequences is 0.03): not a break
+    assert ra.summarize(runs(short=(0.13, 1.0, 1.0, 0.1)), s)["claims"][0]["verdict"].startswith("yes")
+    assert ra.summarize(runs(copy=(1.0, 0.5, 1.0, 1.0)), s)["claims"][1]["verdict"] == "no"
+    # full reach but only the middle learned: no better than a reach of n - 2 allows
+    assert ra.summarize(runs(full=(0.1, 1.0, 1.0, 0.1)), s)["claims"][2]["verdict"] == "no"
+    only_reverse = dict(s, tasks=["reverse"])
+    reverse_runs = [x for x in runs() if x["task"] == "reverse"]
+    assert ra.summarize(reverse_runs, only_reverse)["claims"][1]["verdict"] == "not run"
+
+
+def _table1_results(ns=(16, 32, 64, 128), path_ns=(16, 32), r=8):
+    """Numbers that follow Table 1 exactly: each layer's time and memory grow as its formula's power of n."""
+    power = {"self_attention": 2, "multi_head": 2, "recurrent": 1, "convolution": 1, "restricted_mask": 2,
+             "restricted_banded": 1}
+    seq = {"self_attention": 8, "multi_head": 12, "convolution": 6, "restricted_mask": 10, "restricted_banded": 29}
+    path = {"self_attention": lambda n: 1, "multi_head": lambda n: 1, "recurrent": lambda n: 1,
+            "convolution": lambda n: n - 1, "restricted_mask": lambda n: math.ceil((n - 1) / r),
+            "restricted_banded": lambda n: math.ceil((n - 1) / r)}
+    res = {"cost": {k: {str(n): {"best_ms": 1e-3 * n ** p, "peak_bytes": 100 * n ** p} for n in ns}
+                    for k, p in power.items()},
+           "sequential_operations": {k: {str(n): seq.get(k, 4 * n) for n in ns} for k in power},
+           "path_length_layers": {k: {str(n): f(n) for n in path_ns} for k, f in path.items()},
+           "recurrent_steps_on_path": {str(n): n - 1 for n in path_ns},
+           "crossover": {"multiply_adds_self_attention_vs_recurrent_n": 64.0, "time_self_attention_vs_recurrent_n": None,
+                         "time_multi_head_vs_recurrent_n": 90.0}}
+    return res, {"ns": list(ns), "path_ns": list(path_ns), "kernel": 3, "r": r, "d": 64}
+
+
+def test_table1_claims_on_constructed_results():
+    import table1
+
+    res, s = _table1_results()
+    verdicts = [c["verdict"] for c in table1.claims(res, s)]
+    assert verdicts[:3] == ["yes", "yes", "yes"]
+    assert verdicts[3] == "only when the band alone is computed (the band mask on the n x n grid: O(n^2))"
+    assert verdicts[4:8] == ["yes"] * 4 and verdicts[8] == "yes"
+    assert verdicts[9].startswith("yes") and verdicts[10].startswith("yes")
+    assert verdicts[11] == "the count yes; in time no on this CPU"
+    # self-attention's time grows linearly: the O(n^2 d) claim fails
+    res["cost"]["self_attention"] = {n: dict(c, best_ms=1e-3 * int(n)) for n, c in res["cost"]["self_attention"].items()}
+    res["sequential_operations"]["recurrent"]["128"] += 1               # no longer proportional to n
+    res["path_length_layers"]["convolution"]["32"] = 16                 # a layer reaching 2 further
+    res["crossover"]["time_self_attention_vs_recurrent_n"] = 70.0       # in time near d
+    verdicts = [c["verdict"] for c in table1.claims(res, s)]
+    assert verdicts[0] == "no (O(n) in time)" and verdicts[5] == "no" and verdicts[9] == "no"
+    assert verdicts[11] == "the count yes; in time yes on this CPU"
 
 
 # --- the layers the experiments add ---------------------------------------------------------------
