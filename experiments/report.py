@@ -50,6 +50,23 @@ def _run_line(p: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- the sections
 
+def tuning_note(choices: dict, grid: list, what: str, tie_rule: str) -> str:
+    """A line on how each arm's setting was chosen. choices: {arm: (chosen, {value tried: score, lower better})}.
+    Names the arms whose choice sits at an end of the grid (a value beyond it was not tried, so the arm may do
+    better than measured) and those whose best score was a tie, settled by ``tie_rule``."""
+    ends = [(f"the smallest {what} tried, {min(grid):g}", [a for a, (c, _) in choices.items() if c == min(grid)]),
+            (f"the largest {what} tried, {max(grid):g}", [a for a, (c, _) in choices.items() if c == max(grid)])]
+    ties = [a for a, (_, scores) in choices.items() if list(scores.values()).count(min(scores.values())) > 1]
+    parts = [f"{len(arms)} of {len(choices)} chose {end} ({'; '.join(arms)})" for end, arms in ends if arms]
+    line = ", ".join(parts)
+    if parts:
+        line += ": a value beyond the grid was not tried, so these may do better than measured"
+    if ties:
+        line += f"{'. ' if line else ''}Tied on the tuning seed, settled by {tie_rule}: {'; '.join(ties)}"
+    return f"Tuning: {line}." if line else f"Tuning: every {what} chosen inside the grid, without a tie."
+
+
+
 def claims_table(claims: list, title: str) -> str:
     """A study's claims, each with what was measured and the verdict its script derived."""
     return common.markdown_table(title, ["claim", "measured", "reproduced?"],
@@ -128,12 +145,10 @@ def attention_variants() -> str:
     title = (f"Key-value retrieval, {s['steps']} steps; the rate chosen per arm from {s['lrs']} on seed "
              f"{s['tune_seed']}; steps to {s['target_accuracy']:.0%} accuracy (never reached: {s['steps']} + "
              f"{s['eval_every']}); mean +- sample SD over seeds {s['seeds']}")
-    edge = ""
-    if all(lr == max(s["lrs"]) for lr in res["lrs"].values()):
-        edge = (f"\n\nEvery arm chose the largest rate tried ({max(s['lrs']):g}): the edge of the grid, so a higher "
-                "rate was not ruled out for any arm.")
-    elif all(lr == min(s["lrs"]) for lr in res["lrs"].values()):
-        edge = f"\n\nEvery arm chose the smallest rate tried ({min(s['lrs']):g}): the edge of the grid."
+    tuned = {f"{av.label(kind)}, d_k = {d_k}": (res["lrs"][f"{kind}/{d_k}"], {
+        r["lr"]: av.steps_or_censored(r, s) for r in res["tuning"] if (r["kind"], r["d_k"]) == (kind, d_k)})
+        for kind, d_k in av.arms(s)}
+    edge = "\n\n" + tuning_note(tuned, s["lrs"], "rate", "the lower final loss")
     return "\n\n".join([_run_line(p) + edge, common.markdown_table(title, [
         "scoring", "d_k", "lr", "seeds", f"steps to {s['target_accuracy']:.0%}", "per seed", "final accuracy",
         "final loss", "largest weight at init", "mean abs dL/dscore at init", "ms/step", "peak MiB/step"], rows), common.comparison_table(res["comparisons"])])
@@ -149,8 +164,12 @@ def table3() -> str:
     for name, c in res["comparisons"].items():       # how each is shown: the paper's row, steps as whole numbers
         c.setdefault("claim", f"the paper's row {t3.ROWS[name][2]}")
         c.setdefault("formats", {"steps": "+.0f", "ppl": "+.3f"})
+    tuned = {row: (t["factor"], {float(f): x for f, x in t["tuning"].items()}) for row, t in res["table"].items()
+             if t["factor"] is not None}
     parts = [f"Stored: {len(res['runs'])} finished seed runs (tuning runs besides), last written {p['date']}.",
-             t3.markdown(p), common.comparison_table(res["comparisons"])]
+             t3.markdown(p), tuning_note(tuned, p["settings"]["factors"], "rate factor",
+                                         "the higher smoothed BLEU at the end of the tuning run"),
+             common.comparison_table(res["comparisons"])]
     if res["pending_rows"]:
         parts.append("Running / pending (resumed by `python experiments/table3.py`): "
                      + "; ".join(res["pending_rows"]) + ".")   # "; ": some row names hold a comma
@@ -356,6 +375,7 @@ def recompute_table3_300_steps(p: dict) -> dict:
 
 def recompute() -> list:
     """Rewrite the summaries and comparisons of the stored results that their per-seed numbers determine."""
+    import attention_variants
     import averaging
     import extrapolation
     import label_smoothing
@@ -365,7 +385,9 @@ def recompute() -> list:
     import warmup_and_norm
 
     done = []
-    for name, fn in (("label_smoothing", lambda p: label_smoothing.summarize(p["results"]["runs"], p["settings"])),
+    for name, fn in (("attention_variants", lambda p: attention_variants.summarize(
+                         p["results"]["runs"], p["results"]["tuning"], p["results"]["lrs"], p["settings"])),
+                     ("label_smoothing", lambda p: label_smoothing.summarize(p["results"]["runs"], p["settings"])),
                      ("averaging", lambda p: averaging.summarize(p["results"]["runs"], p["settings"])),
                      ("warmup_and_norm", lambda p: {**p["results"], "comparisons": warmup_and_norm.comparisons(
                          p["results"]["grid"], p["settings"])}),

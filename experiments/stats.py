@@ -63,7 +63,9 @@ def paired(a: dict, b: dict) -> dict:
 
 def side(ci95, expected: int, margin: float = 0.0) -> str:
     """One metric's reading: "as expected", "against" or "unclear". ``expected`` +1/-1: the sign the claim
-    gives the difference; 0: no difference, within -+ ``margin``."""
+    gives the difference; 0: no difference, within -+ ``margin``: shown by an interval inside the margin, and
+    refuted only by one wholly outside it (an interval that excludes zero but reaches into the margin leaves a
+    difference too small to matter possible)."""
     if expected not in (-1, 0, 1):
         raise ValueError(f"side: expected must be -1, 0 or 1, got {expected!r}")
     if ci95 is None:
@@ -72,7 +74,7 @@ def side(ci95, expected: int, margin: float = 0.0) -> str:
     if expected == 0:
         if -margin <= low and high <= margin:
             return "as expected"
-        return "against" if low > 0 or high < 0 else "unclear"
+        return "against" if low > margin or high < -margin else "unclear"
     if (low > 0 and expected > 0) or (high < 0 and expected < 0):
         return "as expected"
     if (low > 0 and expected < 0) or (high < 0 and expected > 0):

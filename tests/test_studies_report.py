@@ -112,3 +112,15 @@ def test_stored_comparisons_are_recomputable_from_their_differences():
                     assert m["ci95"] == pytest.approx([mean - half, mean + half]), (path, name, metric)
                 readings.append(stats.side(m["ci95"], m["expected"], m["margin"]))
             assert c["verdict"] == stats.verdict(readings), (path, name)
+
+
+def test_the_tuning_note_names_choices_at_the_grid_edge_and_ties():
+    grid = [0.5, 1.0, 2.0]
+    inside = {"a": (1.0, {0.5: 500, 1.0: 450, 2.0: 900})}
+    assert report.tuning_note(inside, grid, "factor", "BLEU") == "Tuning: every factor chosen inside the grid, without a tie."
+    edge = {"a": (1.0, {0.5: 500, 1.0: 450, 2.0: 900}), "b": (0.5, {0.5: 400, 1.0: 400, 2.0: 900}),
+            "c": (2.0, {0.5: 600, 1.0: 500, 2.0: 300})}
+    note = report.tuning_note(edge, grid, "factor", "BLEU")
+    assert "1 of 3 chose the smallest factor tried, 0.5 (b)" in note
+    assert "1 of 3 chose the largest factor tried, 2 (c)" in note
+    assert note.endswith("Tied on the tuning seed, settled by BLEU: b.")

@@ -85,6 +85,9 @@ def test_a_claim_of_no_difference_needs_the_interval_inside_the_margin():
     assert stats.compare(a, small, {"m": (0, 0.1)})["verdict"] == "reproduced"
     assert stats.compare(a, wide, {"m": (0, 0.1)})["verdict"] == "inconclusive"
     assert stats.compare(a, shifted, {"m": (0, 0.1)})["verdict"] == "opposite"
+    # clear of zero but reaching into the margin: a difference, perhaps too small to matter, so neither
+    nudged = {"m": {0: 0.10, 1: 0.12, 2: 0.08}}                     # interval about [+0.05, +0.15]
+    assert stats.compare(a, nudged, {"m": (0, 0.1)})["metrics"]["m"]["reading"] == "unclear"
 
 
 def test_side_refuses_an_expected_sign_that_is_not_one():
