@@ -106,7 +106,7 @@ def table1() -> str:
 
 def table1_by_d() -> str:
     p = load("table1_by_d")
-    if p is None or "crossover_by_d" not in p["results"]:
+    if p is None or "claims_by_d" not in p["results"]:
         return pending("table1_by_d", "python experiments/table1.py --out experiments/results/table1_by_d")
     rows = []
     for d, c in p["results"]["crossover_by_d"].items():
@@ -120,7 +120,7 @@ def table1_by_d() -> str:
              "interpolated on log n)")
     return "\n\n".join([_run_line(p), common.markdown_table(title, [
         "d", "vs recurrent, multiply-adds", "vs recurrent, time", "vs convolution, multiply-adds",
-        "vs convolution, time"], rows)])
+        "vs convolution, time"], rows), claims_table(p["results"]["claims_by_d"], "The n < d rule against d")])
 
 
 def attention_variants() -> str:
@@ -396,7 +396,8 @@ def recompute() -> list:
                          p["results"]["runs"], p["settings"])}),
                      ("restricted_attention", lambda p: restricted_attention.summarize(p["results"]["runs"],
                                                                                        p["settings"])),
-                     ("table1", lambda p: {**p["results"], "claims": table1.claims(p["results"], p["settings"])}),
+                     ("table1", lambda p: table1.derived(p["results"], p["settings"])),
+                     ("table1_by_d", lambda p: table1.derived(p["results"], p["settings"])),
                      ("table3_300_steps", recompute_table3_300_steps)):
         path = RESULTS / name / "results.json"
         if not path.exists():

@@ -32,6 +32,7 @@ the whole n x n grid) and a banded layer that computes only the band (experiment
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 import time
@@ -325,6 +326,46 @@ def crossover_by_d(s, rng, bar=None) -> dict:
     return out
 
 
+def claims_by_d(by_d: dict, s: dict) -> list:
+    """Does the n < d crossover move with d? For each width: the count against the recurrent layer must fall at
+    n = d (within 1%); the time counts as "at the count" within a factor 2 of it."""
+    ns, ds = s["crossover_ns"], list(by_d)
+
+    def near(x, target, factor):
+        return x is not None and target / factor <= x <= target * factor
+
+    def where(key):
+        return ", ".join(f"{'beyond ' + str(ns[-1]) if by_d[d][key] is None else f'{by_d[d][key]:.0f}'} at d = {d}"
+                         for d in ds)
+
+    out = []
+    counted = all(near(by_d[d]["multiply_adds_self_attention_vs_recurrent_n"], int(d), 1.01) for d in ds)
+    out.append({"claim": "counted in multiply-adds, self-attention is cheaper than the recurrent layer when n < d",
+                "measured": f"the crossover: {where('multiply_adds_self_attention_vs_recurrent_n')}",
+                "verdict": "yes, at every d" if counted else "no"})
+    timed = [by_d[d]["time_self_attention_vs_recurrent_n"] for d in ds]
+    at_d = all(near(x, int(d), 2.0) for x, d in zip(timed, ds))
+    rising = all((b is None) or (a is not None and a <= b) for a, b in itertools.pairwise(timed))
+    out.append({"claim": "in time, the same crossover, at n = d",
+                "measured": f"the crossover: {where('time_self_attention_vs_recurrent_n')}",
+                "verdict": "yes, within a factor 2 at every d" if at_d else
+                           "no: it moves up with d, but far above n = d" if rising else "no"})
+    conv = all(near(by_d[d]["time_self_attention_vs_convolution_n"],
+                    by_d[d]["multiply_adds_self_attention_vs_convolution_n"], 2.0) for d in ds)
+    out.append({"claim": "in time, against the convolution, where the count puts it (n = 3d/2)",
+                "measured": f"the crossover: {where('time_self_attention_vs_convolution_n')}",
+                "verdict": "yes, within a factor 2 at every d" if conv else "no"})
+    return out
+
+
+def derived(results: dict, s: dict) -> dict:
+    """The results with the verdicts that follow from their numbers: the claims, and those against d if measured."""
+    out = {**results, "claims": claims(results, s)}
+    if "crossover_by_d" in results:
+        out["claims_by_d"] = claims_by_d(results["crossover_by_d"], s)
+    return out
+
+
 def run(s, progress=True) -> dict:
     rng = numpy.random.default_rng(0)
     ns, path_ns = s["ns"], s["path_ns"]
@@ -379,7 +420,7 @@ def run(s, progress=True) -> dict:
         "labels": {k: v[0] for k, v in KINDS.items()},
         "formulas": {k: {"complexity": v[1], "path": v[2]} for k, v in KINDS.items()},
     }
-    return {**results, "claims": claims(results, s)}
+    return derived(results, s)
 
 
 def figures(payload) -> dict:

@@ -263,6 +263,22 @@ def test_table1_claims_on_constructed_results():
     assert verdicts[11] == "the count yes; in time yes on this CPU"
 
 
+def test_table1_claims_against_d_on_constructed_crossovers():
+    import table1
+
+    def by_d(timed):
+        return {str(d): {"multiply_adds_self_attention_vs_recurrent_n": float(d),
+                         "multiply_adds_self_attention_vs_convolution_n": 1.5 * d,
+                         "time_self_attention_vs_recurrent_n": t, "time_self_attention_vs_convolution_n": 1.4 * d}
+                for d, t in zip((32, 64, 128), timed)}
+
+    s = {"crossover_ns": [16, 2048]}
+    verdicts = [c["verdict"] for c in table1.claims_by_d(by_d([40.0, 70.0, 200.0]), s)]
+    assert verdicts == ["yes, at every d", "yes, within a factor 2 at every d", "yes, within a factor 2 at every d"]
+    assert table1.claims_by_d(by_d([1000.0, 1400.0, None]), s)[1]["verdict"] == "no: it moves up with d, but far above n = d"
+    assert table1.claims_by_d(by_d([1400.0, 1000.0, 90.0]), s)[1]["verdict"] == "no"
+
+
 # --- the layers the experiments add ---------------------------------------------------------------
 
 def gradcheck(module, *inputs):
