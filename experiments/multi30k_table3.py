@@ -205,7 +205,7 @@ def _cell(m: dict) -> str:
 
 def write_results(s: dict, folder: Path, quick: bool, started: float, data_dir) -> Path:
     keys = [key for key, _ in jobs_of(s, folder, data_dir)]
-    results = aggregate(s, resumable.collect(folder, keys))
+    results = {**aggregate(s, resumable.collect(folder, keys)), "wall_seconds_of_runs": resumable.wall_seconds(folder)}
     return common.save(folder, NAME, s, results, started, quick)
 
 

@@ -48,6 +48,11 @@ def _run_line(p: dict) -> str:
             f"({m['cores']} cores), one BLAS thread.")
 
 
+def _hours(res: dict) -> str:
+    """What a resumable study's finished runs cost, each on one core (their wall times added up)."""
+    return f"the finished runs took {res.get('wall_seconds_of_runs', 0.0) / 3600:.1f} hours of wall time, one core each"
+
+
 # ---------------------------------------------------------------------------------------------- the sections
 
 def tuning_note(choices: dict, grid: list, what: str, tie_rule: str) -> str:
@@ -166,7 +171,8 @@ def table3() -> str:
         c.setdefault("formats", {"steps": "+.0f", "ppl": "+.3f"})
     tuned = {row: (t["factor"], {float(f): x for f, x in t["tuning"].items()}) for row, t in res["table"].items()
              if t["factor"] is not None}
-    parts = [f"Stored: {len(res['runs'])} finished seed runs (tuning runs besides), last written {p['date']}.",
+    parts = [(f"Stored: {len(res['runs'])} finished seed runs (tuning runs besides), last written {p['date']}; "
+              f"{_hours(res)}."),
              t3.markdown(p), tuning_note(tuned, p["settings"]["factors"], "rate factor",
                                          "the higher smoothed BLEU at the end of the tuning run"),
              common.comparison_table(res["comparisons"])]
@@ -202,7 +208,8 @@ def multi30k_table3() -> str:
 
     res = p["results"]
     parts = [(f"Stored: {len(res['runs'])} of {len(p['settings']['rows']) * len(p['settings']['seeds'])} runs "
-             f"finished, last written {p['date']}."), m30.markdown(p), common.comparison_table(res["comparisons"])]
+             f"finished, last written {p['date']}; {_hours(res)}."), m30.markdown(p),
+             common.comparison_table(res["comparisons"])]
     if res["pending"]:
         parts.append("Running / pending (resumed by `python experiments/multi30k_table3.py --data-dir DIR`): "
                      + "; ".join(res["pending"]) + ".")

@@ -104,3 +104,9 @@ def collect(folder: Path, keys: list) -> dict:
         if path.exists():
             found[key] = json.loads(path.read_text(encoding="utf-8"))
     return found
+
+
+def wall_seconds(folder: Path) -> float:
+    """The wall time of every finished run in the folder, added up: what the study has cost so far."""
+    return round(sum(json.loads(path.read_text(encoding="utf-8")).get("wall_seconds", 0.0)
+                     for path in (Path(folder) / FINISHED).glob("*.json")), 1)

@@ -292,7 +292,8 @@ def figures(payload) -> dict:
 
 
 def write_results(s: dict, folder, quick: bool, started: float):
-    return common.save(folder, NAME, s, aggregate(s, folder), started, quick)
+    results = {**aggregate(s, folder), "wall_seconds_of_runs": resumable.wall_seconds(folder)}
+    return common.save(folder, NAME, s, results, started, quick)
 
 
 def main(argv=None) -> None:

@@ -109,6 +109,7 @@ def test_resumable_runs_only_what_is_missing(tmp_path):
     assert calls == [1, 2, 3]
     found = resumable.collect(tmp_path, ["a", "b", "c", "d"])
     assert sorted(found) == ["a", "b", "c"] and found["c"]["value"] == 30
+    assert resumable.wall_seconds(tmp_path) == pytest.approx(sum(r["wall_seconds"] for r in found.values()))
 
 
 def test_resumable_passes_over_a_run_a_live_process_claimed_and_takes_over_a_dead_ones(tmp_path):
