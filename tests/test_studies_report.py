@@ -124,3 +124,25 @@ def test_the_tuning_note_names_choices_at_the_grid_edge_and_ties():
     assert "1 of 3 chose the smallest factor tried, 0.5 (b)" in note
     assert "1 of 3 chose the largest factor tried, 2 (c)" in note
     assert note.endswith("Tied on the tuning seed, settled by BLEU: b.")
+
+
+def test_the_resumable_studies_results_follow_from_their_finished_runs():
+    # table3 and multi30k_table3 compute results.json from the run files they store: recompute and compare
+    import multi30k_table3
+    import resumable
+    import table3
+
+    for module, name in ((table3, "table3"), (multi30k_table3, "multi30k_table3")):
+        folder = report.RESULTS / name
+        stored = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        s = stored["settings"]
+        if module is table3:
+            again = table3.aggregate(s, folder)
+        else:
+            finished = resumable.collect(folder, [multi30k_table3.run_key(row, seed) for row in s["rows"]
+                                                  for seed in s["seeds"]])
+            again = multi30k_table3.aggregate(s, finished)
+        fresh = json.loads(json.dumps({**again, "wall_seconds_of_runs": resumable.wall_seconds(folder)},
+                                        default=str))
+        assert fresh["comparisons"] == stored["results"]["comparisons"], name
+        assert fresh == stored["results"], name
