@@ -37,7 +37,7 @@ from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, steps_or_censored, 
 NAME = "attention_variants"
 LABELS = {"dot": "dot product, unscaled", "scaled": "dot product / sqrt(d_k)", "additive": "additive, d_hidden = d_k"}
 SETTINGS = dict(RETRIEVAL, kinds=["dot", "scaled", "additive", "additive:128"], d_ks=[4, 128], seeds=[0, 1, 2, 3, 4],
-                lrs=[1e-3, 3e-3, 1e-2], tune_seed=100, margins={"steps": 50.0, "loss": 0.05})
+                lrs=[1e-3, 3e-3, 1e-2, 3e-2], tune_seed=100, margins={"steps": 50.0, "loss": 0.05})
 QUICK = dict(QUICK_RETRIEVAL, kinds=["dot", "scaled", "additive", "additive:32"], d_ks=[4, 16], seeds=[0, 1],
              lrs=[1e-3, 3e-3], tune_seed=100, margins={"steps": 50.0, "loss": 0.05})
 
