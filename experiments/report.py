@@ -50,7 +50,9 @@ def _run_line(p: dict) -> str:
 
 def _hours(res: dict) -> str:
     """What a resumable study's finished runs cost, each on one core (their wall times added up)."""
-    return f"the finished runs took {res.get('wall_seconds_of_runs', 0.0) / 3600:.1f} hours of wall time, one core each"
+    if "wall_seconds_of_runs" not in res:
+        return "the runs' wall time not recorded"
+    return f"the finished runs took {res['wall_seconds_of_runs'] / 3600:.1f} hours of wall time, one core each"
 
 
 # ---------------------------------------------------------------------------------------------- the sections
@@ -61,6 +63,8 @@ def tuning_note(choices: dict, grid: list, what: str, tie_rule: str) -> str:
     better than measured) and those whose best score was a tie, settled by ``tie_rule``."""
     ends = [(f"the smallest {what} tried, {min(grid):g}", [a for a, (c, _) in choices.items() if c == min(grid)]),
             (f"the largest {what} tried, {max(grid):g}", [a for a, (c, _) in choices.items() if c == max(grid)])]
+    if len(set(grid)) == 1:                             # one value: no choice was made, so no end to name
+        ends = []
     ties = [a for a, (_, scores) in choices.items() if list(scores.values()).count(min(scores.values())) > 1]
     parts = [f"{len(arms)} of {len(choices)} chose {end} ({'; '.join(arms)})" for end, arms in ends if arms]
     line = ", ".join(parts)

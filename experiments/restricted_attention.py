@@ -138,9 +138,15 @@ LEARNED = 0.9        # a position "learned": at least this accuracy (chance is 1
 SIGMAS = 4           # a run "above its bound": by more than this many standard errors of chance guessing
 
 
+def excess_beyond_reach(run: dict, s: dict) -> float:
+    """What the positions beyond a run's reach add to its accuracy above chance guessing (their share of it)."""
+    chance = 1.0 / s["symbols"]
+    return sum(a - chance for a, b in zip(run["per_position"], run["bound_per_position"]) if b < 1.0) / s["n"]
+
+
 def excess_allowed(run: dict, s: dict) -> float:
-    """How far a run's accuracy may pass its bound by sampling alone: SIGMAS standard errors of the mean accuracy
-    that chance guessing gives at the positions beyond its reach, over eval_examples held-out sequences."""
+    """How far excess_beyond_reach may go by sampling alone: SIGMAS standard errors of the same share when every
+    position beyond the reach is a chance guess, over eval_examples held-out sequences."""
     p, beyond = 1.0 / s["symbols"], sum(b < 1.0 for b in run["bound_per_position"])
     return SIGMAS * math.sqrt(beyond * p * (1 - p) / s["eval_examples"]) / s["n"]
 
@@ -157,15 +163,16 @@ def claims(runs: list, configs: dict, s: dict) -> list:
            {"claim": "with enough reach, reverse is learnable through the window", **NOT_RUN}]
     short = [x for x in runs if x["task"] == "reverse" and x["reach"] < n - 1]
     if short:
-        above = [x for x in short if x["final_accuracy"] - x["bound"] > excess_allowed(x, s)]
+        above = [x for x in short if excess_beyond_reach(x, s) > excess_allowed(x, s)]
         beyond = [a for x in short for a, b in zip(x["per_position"], x["bound_per_position"]) if b < 1.0]
         partial = [x for x in short if min((a for a, b in zip(x["per_position"], x["bound_per_position"])
                                             if b == 1.0), default=1.0) < LEARNED]
         out[0].update(
             measured=f"reverse with r*L < {n - 1} ({len(short)} runs): positions beyond r*L at {min(beyond):.2f} "
-                     f"to {max(beyond):.2f} (chance {chance:.2f}); the largest excess of a run over its bound "
-                     f"{max(x['final_accuracy'] - x['bound'] for x in short):+.3f}, {len(above)} runs above it by "
-                     f"more than {SIGMAS} standard errors of chance; within the reach, {len(short) - len(partial)} "
+                     f"to {max(beyond):.2f} (chance {chance:.2f}), whose excess over chance "
+                     f"adds at most {max(excess_beyond_reach(x, s) for x in short):+.3f} to a run's accuracy; {len(above)} runs "
+                     f"above chance there by more than {SIGMAS} standard errors; within the reach, "
+                     f"{len(short) - len(partial)} "
                      f"of {len(short)} runs at {LEARNED} or more at every position"
                      + "".join(f"; (r, L) = ({x['r']}, {x['layers']}) seed {x['seed']} learned only part of its "
                                f"reach ({x['final_accuracy']:.3f} against a bound of {x['bound']:.3f})"

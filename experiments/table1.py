@@ -228,6 +228,11 @@ def claims(res: dict, s: dict) -> list:
     def matches(kind, power):
         return all(round(e) == power for e in exps[kind])
 
+    def off(kind, power):
+        """How a layer's growth misses the formula: the order of each exponent that does not round to it."""
+        return ", ".join(f"{_order(e)} in {what}" for e, what in zip(exps[kind], ("time", "memory"))
+                         if round(e) != power)
+
     def growth_text(kind):
         return f"time n^{exps[kind][0]:.2f}, memory n^{exps[kind][1]:.2f}"
 
@@ -235,11 +240,11 @@ def claims(res: dict, s: dict) -> list:
                                ("recurrent costs O(n d^2)", "recurrent", 1),
                                ("convolution costs O(k n d^2)", "convolution", 1)):
         out.append({"claim": claim, "measured": f"{growth_text(kind)} {span}",
-                    "verdict": "yes" if matches(kind, power) else f"no ({_order(exps[kind][0])} in time)"})
+                    "verdict": "yes" if matches(kind, power) else f"no ({off(kind, power)})"})
     mask, banded = matches("restricted_mask", 1), matches("restricted_banded", 1)
     verdict = ("yes" if mask and banded else
-               f"only when the band alone is computed (the band mask on the n x n grid: "
-               f"{_order(exps['restricted_mask'][0])})" if banded else "no")
+               f"only when the band alone is computed (the band mask on the n x n grid: {off('restricted_mask', 1)})"
+               if banded else f"no (the band alone: {off('restricted_banded', 1)})")
     out.append({"claim": "restricted self-attention costs O(r n d)",
                 "measured": f"with the band mask: {growth_text('restricted_mask')}; computing the band only: "
                             f"{growth_text('restricted_banded')}", "verdict": verdict})
@@ -289,24 +294,31 @@ def claims(res: dict, s: dict) -> list:
           and all(path["restricted_mask"][n] == path["restricted_banded"][n] for n in both))
     out.append({"claim": "restricted: maximum path length O(n/r)",
                 "measured": f"{', '.join(str(x) for x in band)} layers for n = {pns[0]} .. {pns[-1]} (r = {r}; the "
-                            f"band mask to n = {both[-1]}, the band alone to {pns[-1]})",
+                            + (f"band mask to n = {both[-1]}" if both else "band mask not run")
+                            + f", the band alone to {pns[-1]})",
                 "verdict": "yes: ceil((n - 1) / r) at every n, both layers alike" if ok else "no"})
 
     c = res["crossover"]
-    count = abs(c["multiply_adds_self_attention_vs_recurrent_n"] - d) <= 0.01 * d
-    timed = c["time_self_attention_vs_recurrent_n"]
-    in_time = timed is not None and d / 2 <= timed <= 2 * d
+    counted, timed = c["multiply_adds_self_attention_vs_recurrent_n"], c["time_self_attention_vs_recurrent_n"]
     where = (f"at n = {timed:.0f}" if timed is not None else
              f"never up to n = {ns[-1]} ({cost['self_attention'][-1]['best_ms']:.3g} ms against "
              f"{cost['recurrent'][-1]['best_ms']:.3g} ms at n = {ns[-1]})")
-    mh = c["time_multi_head_vs_recurrent_n"]
     out.append({"claim": '"self-attention layers are faster than recurrent layers when n < d"',
-                "measured": f"counted in multiply-adds, the crossover is at n = "
-                            f"{c['multiply_adds_self_attention_vs_recurrent_n']:.0f} (d = {d}); measured in time, "
-                            f"{where}; the multi-head layer with its projections "
-                            + (f"at n = {mh:.0f}" if mh is not None else "never in the range"),
-                "verdict": f"the count {'yes' if count else 'no'}; in time {'yes' if in_time else 'no'} on this CPU"})
+                "measured": f"counted in multiply-adds, the crossover is {_at(counted, ns)} (d = {d}); measured in "
+                            f"time, {where}; the multi-head layer with its projections "
+                            f"{_at(c['time_multi_head_vs_recurrent_n'], ns)}",
+                "verdict": f"the count {'yes' if _near(counted, d, 1.01) else 'no'}; in time "
+                           f"{'yes' if _near(timed, d, 2.0) else 'no'} on this CPU"})
     return out
+
+
+def _near(x, target, factor: float) -> bool:
+    """Whether a crossover x lies within a factor of target (a crossover beyond the range, None, never does)."""
+    return x is not None and target is not None and target / factor <= x <= target * factor
+
+
+def _at(x, ns) -> str:
+    return f"at n = {x:.0f}" if x is not None else f"beyond the range (n <= {ns[-1]})"
 
 
 def crossover_by_d(s, rng, bar=None) -> dict:
@@ -331,27 +343,27 @@ def claims_by_d(by_d: dict, s: dict) -> list:
     n = d (within 1%); the time counts as "at the count" within a factor 2 of it."""
     ns, ds = s["crossover_ns"], list(by_d)
 
-    def near(x, target, factor):
-        return x is not None and target / factor <= x <= target * factor
-
     def where(key):
         return ", ".join(f"{'beyond ' + str(ns[-1]) if by_d[d][key] is None else f'{by_d[d][key]:.0f}'} at d = {d}"
                          for d in ds)
 
     out = []
-    counted = all(near(by_d[d]["multiply_adds_self_attention_vs_recurrent_n"], int(d), 1.01) for d in ds)
+    counted = all(_near(by_d[d]["multiply_adds_self_attention_vs_recurrent_n"], int(d), 1.01) for d in ds)
     out.append({"claim": "counted in multiply-adds, self-attention is cheaper than the recurrent layer when n < d",
                 "measured": f"the crossover: {where('multiply_adds_self_attention_vs_recurrent_n')}",
                 "verdict": "yes, at every d" if counted else "no"})
     timed = [by_d[d]["time_self_attention_vs_recurrent_n"] for d in ds]
-    at_d = all(near(x, int(d), 2.0) for x, d in zip(timed, ds))
-    rising = all((b is None) or (a is not None and a <= b) for a, b in itertools.pairwise(timed))
+    at_d = all(_near(x, int(d), 2.0) for x, d in zip(timed, ds))
+    # A crossover beyond the range lies above every one inside it, so the Nones must come last.
+    seen = [x for x in timed if x is not None]
+    rising = bool(seen) and timed[:len(seen)] == seen and all(a < b for a, b in itertools.pairwise(seen))
+    far_above = all(x is None or x > 2 * int(d) for x, d in zip(timed, ds))
     out.append({"claim": "in time, the same crossover, at n = d",
                 "measured": f"the crossover: {where('time_self_attention_vs_recurrent_n')}",
                 "verdict": "yes, within a factor 2 at every d" if at_d else
-                           "no: it moves up with d, but far above n = d" if rising else "no"})
-    conv = all(near(by_d[d]["time_self_attention_vs_convolution_n"],
-                    by_d[d]["multiply_adds_self_attention_vs_convolution_n"], 2.0) for d in ds)
+                           "no: it moves up with d, but far above n = d" if rising and far_above else "no"})
+    conv = all(_near(by_d[d]["time_self_attention_vs_convolution_n"],
+                     by_d[d]["multiply_adds_self_attention_vs_convolution_n"], 2.0) for d in ds)
     out.append({"claim": "in time, against the convolution, where the count puts it (n = 3d/2)",
                 "measured": f"the crossover: {where('time_self_attention_vs_convolution_n')}",
                 "verdict": "yes, within a factor 2 at every d" if conv else "no"})

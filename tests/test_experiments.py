@@ -220,6 +220,17 @@ def test_restricted_attention_claims_on_constructed_runs():
     assert ra.summarize(runs(copy=(1.0, 0.5, 1.0, 1.0)), s)["claims"][1]["verdict"] == "no"
     # full reach but only the middle learned: no better than a reach of n - 2 allows
     assert ra.summarize(runs(full=(0.1, 1.0, 1.0, 0.1)), s)["claims"][2]["verdict"] == "no"
+    # one seed of two only as good as a shorter reach allows, the mean above it
+    mixed = runs()
+    mixed[5] = _restricted_run("reverse", 3, 1, 1, [0.1, 1.0, 1.0, 0.1])     # full reach, seed 1
+    assert ra.summarize(mixed, s)["claims"][2]["verdict"] == ("yes on the mean over seeds; 1 of 2 runs not above what "
+                                                             "a shorter reach allows")
+    # within its reach a run learned only one of two positions: named, and the bound still holds
+    partial = ra.summarize(runs(short=(0.1, 1.0, 0.1, 0.1)), s)["claims"][0]
+    assert "(r, L) = (1, 1) seed 0 learned only part of its reach" in partial["measured"]
+    assert partial["verdict"] == "yes: the bound holds for every run"
+    # a run short inside its reach cannot hide accuracy above chance beyond it: 0.6 at an end is still a break
+    assert ra.summarize(runs(short=(0.6, 0.5, 0.5, 0.1)), s)["claims"][0]["verdict"] == "no: 2 runs pass it"
     only_reverse = dict(s, tasks=["reverse"])
     reverse_runs = [x for x in runs() if x["task"] == "reverse"]
     assert ra.summarize(reverse_runs, only_reverse)["claims"][1]["verdict"] == "not run"
@@ -249,7 +260,8 @@ def test_table1_claims_on_constructed_results():
     res, s = _table1_results()
     verdicts = [c["verdict"] for c in table1.claims(res, s)]
     assert verdicts[:3] == ["yes", "yes", "yes"]
-    assert verdicts[3] == "only when the band alone is computed (the band mask on the n x n grid: O(n^2))"
+    assert verdicts[3] == ("only when the band alone is computed (the band mask on the n x n grid: O(n^2) in time, "
+                           "O(n^2) in memory)")
     assert verdicts[4:8] == ["yes"] * 4 and verdicts[8] == "yes"
     assert verdicts[9].startswith("yes") and verdicts[10].startswith("yes")
     assert verdicts[11] == "the count yes; in time no on this CPU"
@@ -261,6 +273,11 @@ def test_table1_claims_on_constructed_results():
     verdicts = [c["verdict"] for c in table1.claims(res, s)]
     assert verdicts[0] == "no (O(n) in time)" and verdicts[5] == "no" and verdicts[9] == "no"
     assert verdicts[11] == "the count yes; in time yes on this CPU"
+    # the recurrent layer's memory grows as n^2 while its time stays linear: the claim fails on memory alone
+    res["cost"]["recurrent"] = {n: dict(c, peak_bytes=100 * int(n) ** 2) for n, c in res["cost"]["recurrent"].items()}
+    res["crossover"]["multiply_adds_self_attention_vs_recurrent_n"] = None        # no count crossover in range
+    verdicts = [c["verdict"] for c in table1.claims(res, s)]
+    assert verdicts[1] == "no (O(n^2) in memory)" and verdicts[11] == "the count no; in time yes on this CPU"
 
 
 def test_table1_claims_against_d_on_constructed_crossovers():
@@ -275,8 +292,17 @@ def test_table1_claims_against_d_on_constructed_crossovers():
     s = {"crossover_ns": [16, 2048]}
     verdicts = [c["verdict"] for c in table1.claims_by_d(by_d([40.0, 70.0, 200.0]), s)]
     assert verdicts == ["yes, at every d", "yes, within a factor 2 at every d", "yes, within a factor 2 at every d"]
-    assert table1.claims_by_d(by_d([1000.0, 1400.0, None]), s)[1]["verdict"] == "no: it moves up with d, but far above n = d"
-    assert table1.claims_by_d(by_d([1400.0, 1000.0, 90.0]), s)[1]["verdict"] == "no"
+    rising = "no: it moves up with d, but far above n = d"
+    assert table1.claims_by_d(by_d([1000.0, 1400.0, None]), s)[1]["verdict"] == rising
+    # falling, flat, below d, never inside the range, or a None before a value: plain "no"
+    for timed in ([1400.0, 1000.0, 900.0], [500.0, 500.0, 500.0], [5.0, 10.0, 20.0], [None, None, None],
+                  [1000.0, None, 1400.0]):
+        assert table1.claims_by_d(by_d(timed), s)[1]["verdict"] == "no", timed
+    wrong_count = by_d([40.0, 70.0, 200.0])
+    wrong_count["64"]["multiply_adds_self_attention_vs_recurrent_n"] = 96.0
+    wrong_count["128"]["time_self_attention_vs_convolution_n"] = None
+    verdicts = [c["verdict"] for c in table1.claims_by_d(wrong_count, s)]
+    assert verdicts[0] == "no" and verdicts[2] == "no"
 
 
 # --- the layers the experiments add ---------------------------------------------------------------

@@ -124,6 +124,8 @@ def test_the_tuning_note_names_choices_at_the_grid_edge_and_ties():
     assert "1 of 3 chose the smallest factor tried, 0.5 (b)" in note
     assert "1 of 3 chose the largest factor tried, 2 (c)" in note
     assert note.endswith("Tied on the tuning seed, settled by BLEU: b.")
+    single = report.tuning_note({"a": (1.0, {1.0: 450}), "b": (1.0, {1.0: 500})}, [1.0], "factor", "BLEU")
+    assert single == "Tuning: every factor chosen inside the grid, without a tie."
 
 
 def test_the_resumable_studies_results_follow_from_their_finished_runs():

@@ -1,6 +1,7 @@
 """The paired statistics and verdicts every study derives (experiments/stats.py), on constructed inputs whose
 answers are worked out by hand here."""
 
+import json
 import math
 import os
 import subprocess
@@ -109,7 +110,14 @@ def test_resumable_runs_only_what_is_missing(tmp_path):
     assert calls == [1, 2, 3]
     found = resumable.collect(tmp_path, ["a", "b", "c", "d"])
     assert sorted(found) == ["a", "b", "c"] and found["c"]["value"] == 30
-    assert resumable.wall_seconds(tmp_path) == pytest.approx(sum(r["wall_seconds"] for r in found.values()))
+
+
+def test_resumable_adds_up_the_wall_time_of_the_finished_runs(tmp_path):
+    (tmp_path / "finished").mkdir()
+    for key, seconds in (("a", 1.5), ("b", 2.0)):
+        (tmp_path / "finished" / f"{key}.json").write_text(json.dumps({"wall_seconds": seconds}), encoding="utf-8")
+    (tmp_path / "finished" / "c.json").write_text("{}", encoding="utf-8")       # a run that did not record it
+    assert resumable.wall_seconds(tmp_path) == 3.5
 
 
 def test_resumable_passes_over_a_run_a_live_process_claimed_and_takes_over_a_dead_ones(tmp_path):
