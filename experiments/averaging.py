@@ -12,7 +12,8 @@ runs the commands a reader would type:
 for M = 1 (the checkpoint itself), 2, 5, 10, at STEP = 400 and 600 (budgets where the model has not yet
 saturated) and 1000 (the toy default's convergence, valid BLEU 99), and reads the BLEU from the JSON evaluate
 writes. Beside it, the same averaged weights (``load_run``, the command's own loader) give the true test
-perplexity (no label smoothing), so "averaging helps" is judged on both: BLEU higher and perplexity lower. A checkpoint file named by its step makes evaluate average the M files ending there; the Noam schedule
+perplexity (no label smoothing), so "averaging helps" is judged on both: BLEU higher and perplexity lower. A
+checkpoint file named by its step makes evaluate average the M files ending there; the Noam schedule
 does not depend on the step limit, so the files up to step 600 of this run are those a 600-step run writes,
 and one run per seed serves every budget (hence --keep 40, every file of the run, instead of the last 10).
 --eval-every 1000 keeps the default's early stop at valid BLEU 99 from ending a run before its last budget.

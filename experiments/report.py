@@ -75,7 +75,6 @@ def tuning_note(choices: dict, grid: list, what: str, tie_rule: str) -> str:
     return f"Tuning: {line}." if line else f"Tuning: every {what} chosen inside the grid, without a tie."
 
 
-
 def claims_table(claims: list, title: str) -> str:
     """A study's claims, each with what was measured and the verdict its script derived."""
     return common.markdown_table(title, ["claim", "measured", "reproduced?"],
@@ -93,7 +92,7 @@ def table1() -> str:
     times = [[n, *(f"{res['cost'][k][str(n)]['best_ms']:.3g}" for k in t1.KINDS)] for n in ns]
     memory = [[n, *(f"{res['cost'][k][str(n)]['peak_bytes'] / 2 ** 20:.3g}" for k in t1.KINDS)] for n in ns]
     c, d = res["crossover"], s["d"]
-    at = (lambda x: f"at n = {x:.0f}" if x is not None else f"beyond the range (n <= {ns[-1]})")
+    at = (lambda x: t1.at_n(x, ns))
     crossing = (f"Where self-attention stops being cheaper at d = {d}: in multiply-adds, against the recurrent layer "
                 f"{at(c['multiply_adds_self_attention_vs_recurrent_n'])} and against the convolution "
                 f"{at(c['multiply_adds_self_attention_vs_convolution_n'])}; in time, against the recurrent layer "
@@ -161,7 +160,8 @@ def attention_variants() -> str:
     edge = "\n\n" + tuning_note(tuned, s["lrs"], "rate", "the fewer steps to the target")
     return "\n\n".join([_run_line(p) + edge, common.markdown_table(title, [
         "scoring", "d_k", "lr", "seeds", f"steps to {s['target_accuracy']:.0%}", "per seed", "final accuracy",
-        "final loss", "largest weight at init", "mean abs dL/dscore at init", "ms/step", "peak MiB/step"], rows), common.comparison_table(res["comparisons"])])
+        "final loss", "largest weight at init", "mean abs dL/dscore at init", "ms/step", "peak MiB/step"], rows),
+        common.comparison_table(res["comparisons"])])
 
 
 def table3() -> str:

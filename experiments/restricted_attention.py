@@ -34,7 +34,8 @@ import minitransformer as mt
 
 NAME = "restricted_attention"
 SETTINGS = {"n": 16, "symbols": 10, "d_model": 32, "num_heads": 2, "d_ff": 64, "batch": 32, "lr": 3e-3,
-            "steps": 1500, "eval_every": 100, "eval_examples": 500, "tasks": ["reverse", "copy"], "seeds": [0, 1, 2, 3, 4],
+            "steps": 1500, "eval_every": 100, "eval_examples": 500, "tasks": ["reverse", "copy"],
+            "seeds": [0, 1, 2, 3, 4],
             "configs": [[1, 1], [2, 1], [4, 1], [8, 1], [15, 1], [1, 2], [2, 2], [4, 2], [8, 2],
                         [2, 3], [3, 3], [5, 3]]}   # [r, L]
 QUICK = dict(SETTINGS, n=8, steps=30, eval_every=10, eval_examples=64, seeds=[0, 1], configs=[[1, 1], [2, 2], [7, 1]])
@@ -169,11 +170,10 @@ def claims(runs: list, configs: dict, s: dict) -> list:
                                             if b == 1.0), default=1.0) < LEARNED]
         out[0].update(
             measured=f"reverse with r*L < {n - 1} ({len(short)} runs): positions beyond r*L at {min(beyond):.2f} "
-                     f"to {max(beyond):.2f} (chance {chance:.2f}), whose excess over chance "
-                     f"adds at most {max(excess_beyond_reach(x, s) for x in short):+.3f} to a run's accuracy; {len(above)} runs "
+                     f"to {max(beyond):.2f} (chance {chance:.2f}), whose excess over chance adds at most "
+                     f"{max(excess_beyond_reach(x, s) for x in short):+.3f} to a run's accuracy; {len(above)} runs "
                      f"above chance there by more than {SIGMAS} standard errors; within the reach, "
-                     f"{len(short) - len(partial)} "
-                     f"of {len(short)} runs at {LEARNED} or more at every position"
+                     f"{len(short) - len(partial)} of {len(short)} runs at {LEARNED} or more at every position"
                      + "".join(f"; (r, L) = ({x['r']}, {x['layers']}) seed {x['seed']} learned only part of its "
                                f"reach ({x['final_accuracy']:.3f} against a bound of {x['bound']:.3f})"
                                for x in partial),
@@ -213,8 +213,8 @@ def figures(payload) -> dict:
     reaches = numpy.arange(0, n + 1)
     for i, task in enumerate(s["tasks"]):
         runs = [x for x in res["runs"] if x["task"] == task]
-        ax_a.plot(reaches, [bound(task, n, q, symbols).mean() for q in reaches], "-", color=f"C{i}", alpha=0.4, drawstyle="steps-post",
-                  label=f"{task}: bound from the path length")
+        ax_a.plot(reaches, [bound(task, n, q, symbols).mean() for q in reaches], "-", color=f"C{i}", alpha=0.4,
+                  drawstyle="steps-post", label=f"{task}: bound from the path length")
         for layers, marker in zip(sorted({x["layers"] for x in runs}), "osD^v"):
             pts = [x for x in runs if x["layers"] == layers]
             ax_a.plot([x["reach"] for x in pts], [x["final_accuracy"] for x in pts], marker, color=f"C{i}",

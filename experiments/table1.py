@@ -304,9 +304,9 @@ def claims(res: dict, s: dict) -> list:
              f"never up to n = {ns[-1]} ({cost['self_attention'][-1]['best_ms']:.3g} ms against "
              f"{cost['recurrent'][-1]['best_ms']:.3g} ms at n = {ns[-1]})")
     out.append({"claim": '"self-attention layers are faster than recurrent layers when n < d"',
-                "measured": f"counted in multiply-adds, the crossover is {_at(counted, ns)} (d = {d}); measured in "
+                "measured": f"counted in multiply-adds, the crossover is {at_n(counted, ns)} (d = {d}); measured in "
                             f"time, {where}; the multi-head layer with its projections "
-                            f"{_at(c['time_multi_head_vs_recurrent_n'], ns)}",
+                            f"{at_n(c['time_multi_head_vs_recurrent_n'], ns)}",
                 "verdict": f"the count {'yes' if _near(counted, d, 1.01) else 'no'}; in time "
                            f"{'yes' if _near(timed, d, 2.0) else 'no'} on this CPU"})
     return out
@@ -317,7 +317,8 @@ def _near(x, target, factor: float) -> bool:
     return x is not None and target is not None and target / factor <= x <= target * factor
 
 
-def _at(x, ns) -> str:
+def at_n(x, ns) -> str:
+    """Where a crossover lies, in words: at its n, or beyond the measured range (None)."""
     return f"at n = {x:.0f}" if x is not None else f"beyond the range (n <= {ns[-1]})"
 
 
