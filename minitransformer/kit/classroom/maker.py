@@ -1,6 +1,10 @@
 """Making an assignment: the core in its layout (DIR/transformer/), chosen method bodies replaced by stubs that
 keep the def line (shapes) and docstrings (equation), add the hint and raise NotImplementedError; the student's
-README, a notebook per part, check.py, cases.py, train_copy.py and assignment.json (for the grader) beside it."""
+README, a notebook per part, check.py, cases.py, train_copy.py (with part 3) and assignment.json beside it.
+
+A handout holds only what is due: every exercise of a part neither handed out nor revealed is stubbed too (in the
+solutions copy as well), so week 1's zip never carries week 2's answers; `reveal` hands out a part's reference
+bodies once its deadline has passed."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from pathlib import Path
 
 import minitransformer
 
-from .exercises import PARTS, TRAIN, choose
+from .exercises import EXERCISES, PARTS, TRAIN, choose
 from .grader import PACKAGE
 
 INIT = '''"""Your copy of minitransformer's core: the Transformer of "Attention Is All You Need" in NumPy.
@@ -26,11 +30,12 @@ from .module import Module, ModuleList, Parameter
 '''
 
 
-def stub(text: str, file: str, exercises: list, solutions: bool) -> str:
-    """The file with the body of every method an exercise names replaced (hint kept, body raising)."""
+def stub(text: str, file: str, exercises: list, solutions: bool, withheld: tuple = ()) -> str:
+    """The file with the body of every method an exercise names replaced (hint kept, body raising; the reference
+    body kept with solutions), and every method of a `withheld` exercise (a part neither handed out nor revealed) raising alone."""
     lines, edits = text.splitlines(keepends=True), []
     classes = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.ClassDef)}
-    for e in exercises:
+    for e in [*exercises, *withheld]:
         for _, cls, method, names in (t for t in e.methods() if t[0] == file):
             for fn in (n for n in classes[cls.__name__].body if isinstance(n, ast.FunctionDef) and n.name in names):
                 if ast.get_docstring(fn) is not None:
@@ -41,10 +46,14 @@ def stub(text: str, file: str, exercises: list, solutions: bool) -> str:
                         start -= 1
                 indent = " " * (fn.col_offset + 4)
                 text = f"{e.sentence} Hint: {e.hint}" if fn.name == method else f"part of it, see {method}'s hint."
-                hint = textwrap.wrap(f"EXERCISE {e.name} (part {e.part}): {text}", 110 - len(indent),
-                                     initial_indent=f"{indent}# ", subsequent_indent=f"{indent}#   ")
-                raises = f'raise NotImplementedError("{cls.__name__}.{fn.name}: exercise {e.name}, yours to write")'
-                body = lines[start:fn.end_lineno] if solutions else [f"{indent}{raises}\n"]
+                if e in withheld:
+                    text, why = f"part {e.part}'s exercise {e.name}, not in this assignment.", f"part {e.part}'s exercise"
+                else:
+                    text, why = f"EXERCISE {e.name} (part {e.part}): {text}", f"exercise {e.name}, yours to write"
+                hint = textwrap.wrap(text, 110 - len(indent), initial_indent=f"{indent}# ",
+                                     subsequent_indent=f"{indent}#   ")
+                raises = f'raise NotImplementedError("{cls.__name__}.{fn.name}: {why}")'
+                body = lines[start:fn.end_lineno] if solutions and e not in withheld else [f"{indent}{raises}\n"]
                 edits.append((start, fn.end_lineno, [h + "\n" for h in hint] + body))
     for start, end, new in sorted(edits, reverse=True):
         lines[start:end] = new
@@ -58,8 +67,9 @@ def notebook(part: int, exercises: list) -> dict:
 
     cells = [cell("markdown", f"# Part {part}: {PARTS[part]}\n\nEach section names the method you write, in which "
                               "file, and checks it on your own code: run the cell after each exercise."),
-             cell("code", "import numpy as np\n\nimport transformer as mt\nfrom check import check\n\n"
-                          "mt.set_default_dtype('float64')   # gradient checks need float64")]
+             cell("code", "# every cell reloads the files you edited: no kernel restart after a change\n"
+                          "%load_ext autoreload\n%autoreload 2\n\nimport numpy as np\n\nimport transformer as mt\n"
+                          "from check import check\n\nmt.set_default_dtype('float64')   # gradient checks need float64")]
     for e in exercises:
         file, cls_name, _ = e.targets[0]
         cells += [cell("markdown", f"## `{e.name}`: {cls_name} in `transformer/{file}`\n\n{e.sentence}\n\n"
@@ -72,33 +82,55 @@ def notebook(part: int, exercises: list) -> dict:
                                                         "name": "python3"}}, "nbformat": 4, "nbformat_minor": 4}
 
 
-def make(directory, exercises=None, solutions: bool = False) -> list:
+def make(directory, exercises=None, solutions: bool = False, reveal=()) -> list:
     """Write the assignment (or with solutions=True the teacher's copy) into `directory`, which must be new or
-    empty: nothing already there is overwritten. Returns the exercises written."""
-    directory, chosen = Path(directory), choose(exercises)
+    empty: nothing already there is overwritten. The exercises of the parts in `reveal` (ints, or "1,2") keep their
+    reference bodies; those of any other part not handed out are stubbed. Returns the exercises written."""
+    directory, chosen, reveal = Path(directory), choose(exercises), parts_of(reveal)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise FileExistsError(f"classroom make: {directory} already exists and is not an empty folder; "
                               f"give a new folder (nothing there is overwritten)")
+    parts = sorted({e.part for e in chosen})
+    withheld = tuple(e for e in EXERCISES.values() if e not in chosen and e.part not in (*parts, *reveal))
+    later = sorted({str(e.part) for e in withheld})
     root, here = Path(minitransformer.__file__).parent, Path(__file__).parent
     # The package's top-level modules (the core and the few it imports: backend, checks, ...) and layers/; the kit
     # and the fast tier live in folders of their own, which stay out.
     for path in [p for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")] + [*root.glob("layers/*.py")]:
         file = path.relative_to(root).as_posix()
         (directory / PACKAGE / file).parent.mkdir(parents=True, exist_ok=True)
-        (directory / PACKAGE / file).write_text(stub(path.read_text(), file, chosen, solutions))
+        (directory / PACKAGE / file).write_text(stub(path.read_text(), file, chosen, solutions, withheld))
     (directory / PACKAGE / "__init__.py").write_text(INIT)
-    for file in ("cases.py", "check.py", "train_copy.py"):
+    # train_copy.py trains the whole model: offered with part 3, whose README line and notebook run it.
+    for file in ("cases.py", "check.py", *["train_copy.py"] * (3 in parts)):
         shutil.copyfile(here / file, directory / file)
-    parts = sorted({e.part for e in chosen})
     order = [f"{i}. `{e.name}` (part {e.part}, {e.points} points, `{PACKAGE}/{e.targets[0][0]}`, class "
              f"`{e.targets[0][1]}`): {e.sentence}" for i, e in enumerate(chosen, 1)]
     order += [f"{len(chosen) + 1}. `train` (part 3, {TRAIN.points} points): {TRAIN.sentence}"] if 3 in parts else []
     (directory / "README.md").write_text((here / "student_readme.md").read_text(encoding="utf-8").format(
-        parts="; ".join(f"part {p}, {PARTS[p]}" for p in parts), order="\n".join(order)))
+        parts="; ".join(f"part {p}, {PARTS[p]}" for p in parts), order="\n".join(order),
+        others=(f" The exercises of part{'s' * (len(later) > 1)} {' and '.join(later)} raise "
+                "`NotImplementedError` too: they come with their own assignment." if withheld else "") +
+               "".join(f" Part {p}'s methods hold the reference answers." for p in reveal if p not in parts),
+        train="    python train_copy.py            # your whole model learns to copy strings (a few seconds)\n"
+              if 3 in parts else ""))
     for part in parts:
         name = f"part{part}_{PARTS[part].split(',')[0].replace(' ', '_')}.ipynb"
         (directory / name).write_text(json.dumps(notebook(part, [e for e in chosen if e.part == part]), indent=1))
     (directory / "assignment.json").write_text(json.dumps(
-        {"package": PACKAGE, "exercises": [e.name for e in chosen],
+        {"package": PACKAGE, "exercises": [e.name for e in chosen], "reveal": list(reveal),
          "made_by": f"minitransformer {minitransformer.__version__}"}, indent=1) + "\n")
     return chosen
+
+
+def parts_of(reveal) -> tuple:
+    """The parts named by `reveal` ("1,2", [1, 2] or None), sorted; a ValueError naming --reveal otherwise."""
+    items = reveal.split(",") if isinstance(reveal, str) else list(reveal or ())
+    try:
+        parts = sorted({int(str(p).strip()) for p in items if str(p).strip()})
+    except ValueError:
+        parts = None
+    if parts is None or any(p not in PARTS for p in parts):
+        raise ValueError(f"classroom: --reveal must name parts among {', '.join(map(str, PARTS))} (e.g. 1,2); "
+                         f"got {reveal!r}")
+    return tuple(parts)

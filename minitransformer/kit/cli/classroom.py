@@ -20,6 +20,9 @@ def add_classroom(sub) -> None:
     m.add_argument("dir", help="a new (or empty) folder")
     m.add_argument("--exercises", help="comma-separated names (default: every backward exercise); see `list`")
     m.add_argument("--solutions", action="store_true", help="keep the reference bodies: the teacher's copy")
+    m.add_argument("--reveal", metavar="PARTS", help="parts (e.g. 1,2) whose reference bodies the folder holds, once "
+                                                     "their deadline has passed (default: every part not handed out "
+                                                     "is stubbed)")
     g = actions.add_parser("grade", help="grade an assignment folder; print the scorecard")
     g.add_argument("dir", help="the student's folder, as `make` wrote it")
     g.add_argument("--json", dest="json_path", help="write the results here in Gradescope's results.json format")
@@ -44,7 +47,7 @@ def cmd_classroom(args) -> int:
     elif args.action == "bugs":
         print(catalogue_text())
     elif args.action == "make":
-        chosen = classroom.make(args.dir, args.exercises, args.solutions)
+        chosen = classroom.make(args.dir, args.exercises, args.solutions, args.reveal)
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
     else:
