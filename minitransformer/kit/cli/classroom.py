@@ -1,13 +1,16 @@
 """``minitransformer classroom make | grade | list | bugs``: assignments made from the core, and their grading."""
 
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 from minitransformer.kit import classroom
+from minitransformer.kit.classroom import batch
 from minitransformer.kit.classroom.exercises import catalogue_text
 from minitransformer.kit.running.files import write_json
 
-from .common import option
+from .common import CLIError, option
 
 
 def add_classroom(sub) -> None:
@@ -23,12 +26,25 @@ def add_classroom(sub) -> None:
     m.add_argument("--reveal", metavar="PARTS", help="parts (e.g. 1,2) whose reference bodies the folder holds, once "
                                                      "their deadline has passed (default: every part not handed out "
                                                      "is stubbed)")
-    g = actions.add_parser("grade", help="grade an assignment folder; print the scorecard")
-    g.add_argument("dir", help="the student's folder, as `make` wrote it")
+    g = actions.add_parser("grade", help="grade an assignment folder, one submission, or a whole class",
+                           description="DIR is an assignment folder (graded in place), one student's submission (a "
+                                       "folder, a zip, a transformer/ folder or its loose files), or a folder of "
+                                       "submissions, one folder or zip per student (needs --assignment).")
+    g.add_argument("dir", help="an assignment folder, one submission, or a folder of submissions")
+    g.add_argument("--assignment", help="the teacher's folder `make` wrote: its exercises are graded, each "
+                                        "submission's files written into a fresh copy of it")
     g.add_argument("--json", dest="json_path", help="write the results here in Gradescope's results.json format")
-    option(g, "--seed", "seed of the random inputs (default 0)", default=0)
+    g.add_argument("--csv", dest="csv_path", help="a class: write the gradebook (student, total, max, the points of "
+                                                  "each exercise, flags) as CSV for Canvas or Moodle")
+    g.add_argument("--feedback", help="a class: write one Markdown feedback file per student into this folder")
+    g.add_argument("--results", help="a class: the folder each student's result is stored in as it comes (default "
+                                     "SUBMISSIONS-graded/); a rerun grades only what is not there yet")
+    g.add_argument("--only", metavar="NAME", help="a class: grade this student again, alone")
+    g.add_argument("--diagnoses", choices=["what", "fix"], default="what",
+                   help="what: name the mistake and where it is (before the deadline); fix: say how to fix it")
+    option(g, "--seed", "seed of the hidden inputs (default: drawn, and printed for the teacher)")
     option(g, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
-    option(g, "--workers", "exercises graded at once, each in its own process (default 2)",
+    option(g, "--workers", "students graded at once (a class), or exercises (one submission) (default 2)",
            default=min(2, os.cpu_count() or 1))
     actions.add_parser("list", help="the exercises, part by part, with a sentence each")
     actions.add_parser("bugs", help="the mistake catalogue: what the grader recognises, and what no check can see")
@@ -51,12 +67,48 @@ def cmd_classroom(args) -> int:
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
     else:
-        results = classroom.grade(args.dir, seed=args.seed, timeout=args.timeout, workers=args.workers)
-        print(results.pop("scorecard"))
-        print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
-        for test in results["tests"]:
-            if test["score"] < test["max_score"]:
-                print(f"\n{test['name']}:\n{test['output']}")
-        if args.json_path:
-            write_json(args.json_path, results, "Gradescope results")
+        return grade(args)
+    return 0
+
+
+def grade(args) -> int:
+    path, options = Path(args.dir), {"seed": args.seed, "diagnoses": args.diagnoses, "time_limit": args.timeout}
+    if args.assignment is None and (path / "assignment.json").is_file():         # a whole assignment, in place
+        results = batch.grader_grade(path, None, workers=args.workers, **options)
+    elif batch.one_submission(path):
+        with tempfile.TemporaryDirectory(prefix="minitransformer-assignment-") as tmp:
+            assignment = args.assignment or batch.inferred(path, Path(tmp) / "hw")
+            results = batch.grade_one(path, assignment, workers=args.workers, **options)
+        if args.assignment is None:
+            print(f"graded against a fresh assignment of the exercises its files name; give --assignment to choose")
+    elif args.assignment is None:
+        raise CLIError(f"classroom grade: {path} holds no assignment and no submission; to grade a class (a folder "
+                       f"or zip per student) give --assignment, the folder `classroom make` wrote")
+    else:
+        return grade_class(args, path, options)
+    print(results.pop("scorecard", None) or "\n".join(f"{t['name']:<28} {t['score']:>3}/{t['max_score']:<3} "
+                                                     f"{t['status']}" for t in results["tests"]))
+    print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
+    for line in [*results.get("notes", []), *results.get("flags", [])]:
+        print(f"note: {line}")
+    for test in (t for t in results["tests"] if t["score"] < t["max_score"]):
+        print(f"\n{test['name']}:\n{test['output']}")
+    if args.json_path:
+        write_json(args.json_path, results, "Gradescope results")
+    return 0
+
+
+def grade_class(args, path: Path, options: dict) -> int:
+    graded = batch.grade_class(path, args.assignment, args.results, workers=args.workers, only=args.only, **options)
+    exercises, _ = batch.manifest(args.assignment)
+    for student, record in graded.items():
+        if "no files found" in record["results"].get("flags", []) or record.get("key") is None:
+            print(f"{student}: {record['results']['output']}", file=sys.stderr)
+    scores = [r["results"]["score"] for r in graded.values()]
+    print(f"{len(graded)} students graded, mean {sum(scores) / max(1, len(scores)):.1f} points; each result in "
+          f"{args.results or path.with_name(path.name + '-graded')}")
+    if args.csv_path:
+        batch.gradebook(args.csv_path, graded, exercises)
+    if args.feedback:
+        batch.write_feedback(args.feedback, graded)
     return 0
