@@ -328,16 +328,16 @@ def run_jobs(todo, store, assignment, base, exercises, options, workers, progres
             for student, (process, ends, job) in list(running.items()):
                 if process.exitcode is None and time.monotonic() < ends:
                     continue
-                if process.exitcode is None:
+                late = process.exitcode is None
+                if late:
                     kill = getattr(os, "killpg", None)
                     kill(process.pid, signal.SIGKILL) if kill else process.kill()
                 process.join()
                 stored = load(store / f"{safe(student)}.json")
                 if not stored or stored.get("key") != job["key"]:
                     error = store / f"{safe(student)}.error"
-                    why = error.read_text()[:500] if error.is_file() else \
-                        f"stopped after {deadline:.0f} s" if process.exitcode == -signal.SIGKILL else \
-                        f"the grading process ended without a result (exit code {process.exitcode})"
+                    why = error.read_text()[:500] if error.is_file() else f"stopped after {deadline:.0f} s" if late \
+                        else f"the grading process ended without a result (exit code {process.exitcode})"
                     write_json(store / f"{safe(student)}.json", failure(job, exercises, why))
                 del running[student]
                 bar.update()

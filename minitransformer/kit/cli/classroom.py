@@ -1,4 +1,4 @@
-"""``minitransformer classroom make | grade | list | bugs``: assignments made from the core, and their grading."""
+"""``minitransformer classroom make | grade | autograder | list | bugs``: assignments made from the core, their\ngrading (one submission or a class), Gradescope's autograder."""
 
 import os
 import sys
@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from minitransformer.kit import classroom
-from minitransformer.kit.classroom import batch
+from minitransformer.kit.classroom import batch, gradescope
 from minitransformer.kit.classroom.exercises import catalogue_text
 from minitransformer.kit.running.files import write_json
 
@@ -46,6 +46,19 @@ def add_classroom(sub) -> None:
     option(g, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
     option(g, "--workers", "students graded at once (a class), or exercises (one submission) (default 2)",
            default=min(2, os.cpu_count() or 1))
+    a = actions.add_parser("autograder", help="write Gradescope's autograder zip for an assignment",
+                           description="The zip Gradescope takes: setup.sh installs this package from a wheel inside, "
+                                       "run_autograder grades the student's upload against a fresh copy of the "
+                                       "assignment with a hidden seed and writes results.json.")
+    a.add_argument("dir", help="the assignment folder `make` wrote")
+    a.add_argument("-o", "--output", required=True, help="the zip to write (e.g. autograder.zip)")
+    option(a, "--seed", "seed of the hidden inputs, kept in the zip (default: drawn, and printed)")
+    a.add_argument("--visibility", choices=list(gradescope.WHEN), default="visible",
+                   help="when students see the diagnoses (scores show at once); default visible")
+    a.add_argument("--diagnoses", choices=["what", "fix"], default="what",
+                   help="what: name the mistake and where it is; fix: say how to fix it")
+    option(a, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
+    a.add_argument("--wheel", help="a wheel of this package to put in the zip (default: built from its source tree)")
     actions.add_parser("list", help="the exercises, part by part, with a sentence each")
     actions.add_parser("bugs", help="the mistake catalogue: what the grader recognises, and what no check can see")
     c.set_defaults(run=cmd_classroom)
@@ -66,6 +79,11 @@ def cmd_classroom(args) -> int:
         chosen = classroom.make(args.dir, args.exercises, args.solutions, args.reveal)
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
+    elif args.action == "autograder":
+        config = gradescope.build(args.dir, args.output, args.seed, args.visibility, args.diagnoses, args.timeout,
+                                  args.wheel)
+        print(f"wrote {args.output}: upload it as the autograder; hidden seed {config['seed']}, diagnoses "
+              f"{config['diagnoses']}, shown {gradescope.WHEN[args.visibility]}")
     else:
         return grade(args)
     return 0
