@@ -206,6 +206,9 @@ def inferred(source, directory) -> Path:
     """An assignment made in `directory` for a submission handed back alone: the exercises its files name in their
     'EXERCISE name (part N)' hints, every backward exercise if none."""
     found, _, _ = collect(source, graded_files(list(EXERCISES.values())))
+    if not found:
+        raise FileNotFoundError(f"classroom grade: {source} holds no assignment (no assignment.json) and no file of "
+                                f"one (transformer/layers/linear.py, ...); a class or a submission needs --assignment")
     named = {m for text in found.values() for m in re.findall(r"EXERCISE (\S+) \(part", text.decode("utf-8", "replace"))}
     make(directory, [n for n in EXERCISES if n in named] or None)
     return Path(directory)
