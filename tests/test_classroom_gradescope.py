@@ -113,7 +113,8 @@ def test_the_solutions_get_full_marks_however_they_are_uploaded(gradescope_root,
 
 @pytest.mark.slow
 def test_a_blank_copy_nothing_and_a_broken_autograder_each_score_zero_and_say_why(gradescope_root, tmp_path):
-    blank = autograde(gradescope_root, tmp_path / "blank", lambda s: shutil.copytree(gradescope_root / "hw1", s / "hw1"))
+    blank = autograde(gradescope_root, tmp_path / "blank",
+                      lambda s: shutil.copytree(gradescope_root / "hw1", s / "hw1"))
     assert blank["score"] == 0 and scores(blank) == {"part 1: linear": 0, "part 1: relu": 0}
     diagnoses = [t for t in blank["tests"] if t["name"].endswith(": diagnosis")]
     assert [t["visibility"] for t in diagnoses] == ["after_due_date"] * 2

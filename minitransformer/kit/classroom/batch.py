@@ -38,6 +38,7 @@ from .maker import make, parts_of
 
 MAX_FILE = 1 << 20          # bytes of one file taken from a submission (the core's largest is under 40 KB)
 MAX_ENTRIES = 20_000        # files and zip members looked at in one submission
+MAX_ZIP = 64 << 20          # bytes of a zip opened at all (its member list is read whole)
 MAX_RESULT = 16 << 20       # bytes of one stored result read back
 UNSAFE = re.compile(r"^([/\\]|[A-Za-z]:)|(^|[/\\])\.\.([/\\]|$)")      # an absolute path or a '..' in a zip member
 IGNORED = re.compile(r"(^|/)(__MACOSX|\.[^/]*)(/|$)")                  # macOS's resource forks, hidden files
@@ -72,6 +73,9 @@ def listing(root: Path, notes: list) -> list:
     found = []
 
     def add_zip(path: Path, shown: str) -> None:
+        if path.stat().st_size > MAX_ZIP:
+            notes.append(f"{shown}: a zip larger than {MAX_ZIP >> 20} MB, not opened")
+            return
         try:
             with zipfile.ZipFile(path) as z:
                 members = z.infolist()[:MAX_ENTRIES]
@@ -193,25 +197,6 @@ def grade_one(source, assignment, **options) -> dict:
         make(Path(base) / "hw", [e.name for e in exercises], reveal=reveal)
         found, where, notes = collect(source, graded_files(exercises))
         return grade_files(assignment, Path(base) / "hw", exercises, found, where, notes, **options)
-
-
-def one_submission(path) -> bool:
-    """Whether `path` is one student's submission (a zip, a transformer/ folder, a folder holding one or loose .py
-    files) rather than a folder of them."""
-    path = Path(path)
-    return path.is_file() or path.name == PACKAGE or (path / PACKAGE).is_dir() or any(path.glob("*.py"))
-
-
-def inferred(source, directory) -> Path:
-    """An assignment made in `directory` for a submission handed back alone: the exercises its files name in their
-    'EXERCISE name (part N)' hints, every backward exercise if none."""
-    found, _, _ = collect(source, graded_files(list(EXERCISES.values())))
-    if not found:
-        raise FileNotFoundError(f"classroom grade: {source} holds no assignment (no assignment.json) and no file of "
-                                f"one (transformer/layers/linear.py, ...); a class or a submission needs --assignment")
-    named = {m for text in found.values() for m in re.findall(r"EXERCISE (\S+) \(part", text.decode("utf-8", "replace"))}
-    make(directory, [n for n in EXERCISES if n in named] or None)
-    return Path(directory)
 
 
 def students(folder: Path) -> tuple[dict, list]:
@@ -351,6 +336,11 @@ def points(results: dict, columns: list) -> list:
     return [sum(t["score"] for t in results["tests"] if t["name"].rsplit(": ", 1)[-1] == c) for c in columns]
 
 
+def cell(text: str) -> str:
+    """A text a spreadsheet will not read as a formula (a name or a flag may come from a student's file names)."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
+
+
 def gradebook(path, graded: dict, exercises: list) -> None:
     """The CSV an LMS imports: student, total, max, the points of each exercise, flags."""
     columns = [e.name for e in tested(exercises)]
@@ -359,8 +349,9 @@ def gradebook(path, graded: dict, exercises: list) -> None:
     writer.writerow(["student", "total", "max", *columns, "flags"])
     for student, record in graded.items():
         r = record["results"]
-        writer.writerow([student, r["score"], sum(t["max_score"] for t in r["tests"]), *points(r, columns),
-                         "; ".join(map(str, [*r.get("flags", []), *r.get("notes", [])]))])
+        flags = "; ".join(map(str, [*r.get("flags", []), *r.get("notes", [])]))
+        writer.writerow([cell(student), r["score"], sum(t["max_score"] for t in r["tests"]), *points(r, columns),
+                         cell(flags)])
     atomic_write(path, lambda f: f.write(out.getvalue().encode("utf-8")), "gradebook")
 
 

@@ -83,7 +83,8 @@ def build(assignment, output, seed=None, visibility="visible", diagnoses="what",
 
         def write(f) -> None:
             with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
-                for name, text in (("setup.sh", SETUP.format(wheel=wheel.name)), ("run_autograder", RUN.format(root=ROOT))):
+                scripts = {"setup.sh": SETUP.format(wheel=wheel.name), "run_autograder": RUN.format(root=ROOT)}
+                for name, text in scripts.items():
                     info = zipfile.ZipInfo(name)
                     info.external_attr = 0o100755 << 16                  # executable, as Gradescope runs them
                     z.writestr(info, text)

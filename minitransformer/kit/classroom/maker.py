@@ -32,7 +32,8 @@ from .module import Module, ModuleList, Parameter
 
 def stub(text: str, file: str, exercises: list, solutions: bool, withheld: tuple = ()) -> str:
     """The file with the body of every method an exercise names replaced (hint kept, body raising; the reference
-    body kept with solutions), and every method of a `withheld` exercise (a part neither handed out nor revealed) raising alone."""
+    body kept with solutions), and every method of a `withheld` exercise (of a part neither handed out nor
+    revealed) raising alone."""
     lines, edits = text.splitlines(keepends=True), []
     classes = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.ClassDef)}
     for e in [*exercises, *withheld]:
@@ -47,7 +48,8 @@ def stub(text: str, file: str, exercises: list, solutions: bool, withheld: tuple
                 indent = " " * (fn.col_offset + 4)
                 text = f"{e.sentence} Hint: {e.hint}" if fn.name == method else f"part of it, see {method}'s hint."
                 if e in withheld:
-                    text, why = f"part {e.part}'s exercise {e.name}, not in this assignment.", f"part {e.part}'s exercise"
+                    why = f"part {e.part}'s exercise"
+                    text = f"{why} {e.name}, not in this assignment."
                 else:
                     text, why = f"EXERCISE {e.name} (part {e.part}): {text}", f"exercise {e.name}, yours to write"
                 hint = textwrap.wrap(text, 110 - len(indent), initial_indent=f"{indent}# ",
@@ -69,7 +71,8 @@ def notebook(part: int, exercises: list) -> dict:
                               "file, and checks it on your own code: run the cell after each exercise."),
              cell("code", "# every cell reloads the files you edited: no kernel restart after a change\n"
                           "%load_ext autoreload\n%autoreload 2\n\nimport numpy as np\n\nimport transformer as mt\n"
-                          "from check import check\n\nmt.set_default_dtype('float64')   # gradient checks need float64")]
+                          "from check import check\n\n"
+                          "mt.set_default_dtype('float64')   # gradient checks need float64")]
     for e in exercises:
         file, cls_name, _ = e.targets[0]
         cells += [cell("markdown", f"## `{e.name}`: {cls_name} in `transformer/{file}`\n\n{e.sentence}\n\n"

@@ -1,6 +1,8 @@
-"""``minitransformer classroom make | grade | autograder | list | bugs``: assignments made from the core, their\ngrading (one submission or a class), Gradescope's autograder."""
+"""``minitransformer classroom make | grade | autograder | list | bugs``: assignments made from the core, their
+grading (one submission or a class), Gradescope's autograder."""
 
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -8,6 +10,7 @@ from pathlib import Path
 from minitransformer.kit import classroom
 from minitransformer.kit.classroom import batch, gradescope
 from minitransformer.kit.classroom.exercises import catalogue_text
+from minitransformer.kit.classroom.grader import PACKAGE
 from minitransformer.kit.running.files import write_json
 
 from .common import CLIError, option
@@ -93,9 +96,9 @@ def grade(args) -> int:
     path, options = Path(args.dir), {"seed": args.seed, "diagnoses": args.diagnoses, "time_limit": args.timeout}
     if args.assignment is None and (path / "assignment.json").is_file():         # a whole assignment, in place
         results = batch.grader_grade(path, None, workers=args.workers, **options)
-    elif batch.one_submission(path):
+    elif one_submission(path):
         with tempfile.TemporaryDirectory(prefix="minitransformer-assignment-") as tmp:
-            assignment = args.assignment or batch.inferred(path, Path(tmp) / "hw")
+            assignment = args.assignment or inferred(path, Path(tmp) / "hw")
             results = batch.grade_one(path, assignment, workers=args.workers, **options)
         if args.assignment is None:
             print(f"graded against a fresh assignment of the exercises its files name; give --assignment to choose")
@@ -130,3 +133,22 @@ def grade_class(args, path: Path, options: dict) -> int:
     if args.feedback:
         batch.write_feedback(args.feedback, graded)
     return 0
+
+
+def one_submission(path) -> bool:
+    """Whether `path` is one student's submission (a zip, a transformer/ folder, a folder holding one or loose .py
+    files) rather than a folder of them."""
+    path = Path(path)
+    return path.is_file() or path.name == PACKAGE or (path / PACKAGE).is_dir() or any(path.glob("*.py"))
+
+
+def inferred(source, directory) -> Path:
+    """An assignment made in `directory` for a submission handed back alone: the exercises its files name in their
+    'EXERCISE name (part N)' hints, every backward exercise if none."""
+    found, _, _ = batch.collect(source, batch.graded_files(list(classroom.EXERCISES.values())))
+    if not found:
+        raise FileNotFoundError(f"classroom grade: {source} holds no assignment (no assignment.json) and no file of "
+                                f"one (transformer/layers/linear.py, ...); a class or a submission needs --assignment")
+    named = {m for text in found.values() for m in re.findall(r"EXERCISE (\S+) \(part", text.decode(errors="replace"))}
+    classroom.make(directory, [n for n in classroom.EXERCISES if n in named] or None)
+    return Path(directory)
