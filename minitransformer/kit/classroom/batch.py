@@ -299,36 +299,48 @@ def grade_class(submissions, assignment, store=None, *, workers=2, only=None, se
         release()
 
 
+def stop(process) -> None:
+    """Kill a student's grading process and every process of its group."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (AttributeError, OSError):        # no process groups (Windows), or the child has not made its own yet
+        process.kill()
+
+
 def run_jobs(todo, store, assignment, base, exercises, options, workers, progress) -> None:
-    """Each job in a process of its own, `workers` at a time, killed (with its whole group) past its deadline."""
+    """Each job in a process of its own, `workers` at a time, killed (with its whole group) past its deadline or
+    when the batch is interrupted."""
     ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     deadline = (options["time_limit"] or 30.0) * (len(exercises) + 2) + 60
     running, names = {}, [e.name for e in exercises]
     with tqdm(total=len(todo), unit="student", disable=not progress, desc="grading") as bar:
-        while todo or running:
-            while todo and len(running) < workers:
-                job = todo.pop(0)
-                (store / f"{safe(job['student'])}.error").unlink(missing_ok=True)
-                process = ctx.Process(target=_child, args=(job, str(store), assignment, base, names, options))
-                process.start()
-                running[job["student"]] = (process, time.monotonic() + deadline, job)
-            multiprocessing.connection.wait([p.sentinel for p, _, _ in running.values()], timeout=1)
-            for student, (process, ends, job) in list(running.items()):
-                if process.exitcode is None and time.monotonic() < ends:
-                    continue
-                late = process.exitcode is None
-                if late:
-                    kill = getattr(os, "killpg", None)
-                    kill(process.pid, signal.SIGKILL) if kill else process.kill()
-                process.join()
-                stored = load(store / f"{safe(student)}.json")
-                if not stored or stored.get("key") != job["key"]:
-                    error = store / f"{safe(student)}.error"
-                    why = error.read_text()[:500] if error.is_file() else f"stopped after {deadline:.0f} s" if late \
-                        else f"the grading process ended without a result (exit code {process.exitcode})"
-                    write_json(store / f"{safe(student)}.json", failure(job, exercises, why))
-                del running[student]
-                bar.update()
+        try:
+            while todo or running:
+                while todo and len(running) < workers:
+                    job = todo.pop(0)
+                    (store / f"{safe(job['student'])}.error").unlink(missing_ok=True)
+                    process = ctx.Process(target=_child, args=(job, str(store), assignment, base, names, options))
+                    process.start()
+                    running[job["student"]] = (process, time.monotonic() + deadline, job)
+                multiprocessing.connection.wait([p.sentinel for p, _, _ in running.values()], timeout=1)
+                for student, (process, ends, job) in list(running.items()):
+                    if process.exitcode is None and time.monotonic() < ends:
+                        continue
+                    late = process.exitcode is None
+                    if late:
+                        stop(process)
+                    process.join()
+                    stored = load(store / f"{safe(student)}.json")
+                    if not stored or stored.get("key") != job["key"]:
+                        error = store / f"{safe(student)}.error"
+                        why = error.read_text()[:500] if error.is_file() else f"stopped after {deadline:.0f} s" \
+                            if late else f"the grading process ended without a result (exit code {process.exitcode})"
+                        write_json(store / f"{safe(student)}.json", failure(job, exercises, why))
+                    del running[student]
+                    bar.update()
+        finally:                             # interrupted: no grading outlives the batch
+            for process, _, _ in running.values():
+                stop(process)
 
 
 def points(results: dict, columns: list) -> list:
