@@ -85,7 +85,7 @@ def listing(root: Path, notes: list) -> list:
         for info in (m for m in members if not m.is_dir()):
             if stat.S_ISLNK(info.external_attr >> 16) or UNSAFE.search(info.filename):
                 notes.append(f"refused {shown}/{info.filename[:120]}: a link, an absolute path or '..'")
-            else:
+            elif not IGNORED.search(info.filename):
                 found.append((f"{shown}/{info.filename}", path, info))
 
     if root.is_symlink() or not root.exists():
@@ -96,10 +96,11 @@ def listing(root: Path, notes: list) -> list:
         return found
     for folder, dirs, files in os.walk(root):          # links to folders are listed, never walked into
         here = Path(folder).relative_to(root).as_posix()
-        for name in sorted(dirs + files):
+        dirs[:] = [d for d in dirs if not IGNORED.search(d)]        # .git, .venv, __MACOSX: not walked
+        for name in sorted(dirs + [f for f in files if not IGNORED.search(f)]):
             path, shown = Path(folder) / name, f"{here}/{name}".removeprefix("./")
             mode = path.lstat().st_mode
-            if stat.S_ISLNK(mode):
+            if stat.S_ISLNK(mode) and (name.endswith(".py") or "." not in name):      # a module, or a folder
                 notes.append(f"refused {shown}: a link (only files count)")
             elif stat.S_ISREG(mode) and name.lower().endswith(".zip"):
                 add_zip(path, shown)
@@ -129,7 +130,7 @@ def collect(source, files: list) -> tuple[dict, dict, list]:
     that name in the submission whose path ends most like it (transformer/layers/linear.py before a loose
     linear.py), a second candidate noted."""
     notes, found, where = [], {}, {}
-    entries = [e for e in listing(Path(source), notes) if not IGNORED.search(e[0])]
+    entries = listing(Path(source), notes)
     for file in files:
         want = file.split("/")[::-1]
 
