@@ -17,9 +17,10 @@ import pytest
 import safetensors.numpy
 
 import minitransformer as mt
-from minitransformer import checkpoint as ck
-from minitransformer import limits
-from minitransformer.kit.running import checkpoint_checks, files, npz
+from minitransformer.kit.running import checkpoint as ck
+from minitransformer.kit import limits
+from minitransformer.kit import files
+from minitransformer.kit.running import checkpoint_checks, npz
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
@@ -311,7 +312,7 @@ def test_failed_write_leaves_previous_checkpoint_whole(saved, monkeypatch):
     monkeypatch.undo()
     assert Path(path).read_bytes() == before
     ck.load_checkpoint(path)                                # still loads
-    leftovers = [n for n in os.listdir(os.path.dirname(path)) if n.endswith(ck.TEMP_SUFFIX)]
+    leftovers = [n for n in os.listdir(os.path.dirname(path)) if n.endswith(files.TEMP_SUFFIX)]
     assert leftovers == []                                  # and the temporary file is gone
 
 
@@ -465,7 +466,7 @@ def test_only_our_own_temp_files_of_dead_writers_are_removed(tmp_path):
 
 HOLD_THE_FOLDER = textwrap.dedent("""
     import sys, time
-    from minitransformer import checkpoint as ck
+    from minitransformer.kit.running import checkpoint as ck
     manager = ck.CheckpointManager(sys.argv[1])
     print("locked", flush=True)
     time.sleep(120)
@@ -525,7 +526,7 @@ def test_the_writer_refuses_what_the_reader_would_refuse(tmp_path, monkeypatch):
     ({"__array__": "optim/7"}, "lists tensors the file lacks"),
 ])
 def test_malformed_skeletons_are_refused_in_one_line(tmp_path, skeleton, match):
-    meta = {"format": ck.FORMAT_NAME, "format_version": ck.FORMAT_VERSION, "step": 0, "epoch": 0, "batch": 0,
+    meta = {"format": checkpoint_checks.FORMAT_NAME, "format_version": checkpoint_checks.FORMAT_VERSION, "step": 0, "epoch": 0, "batch": 0,
             "param_names": ["w"], "optimizer": {"state": skeleton}}
     metadata = {"minitransformer": json.dumps(meta), "run": ""}
     tensors = {"param/w": np.zeros(2, np.float32)}
@@ -550,7 +551,7 @@ def write_old_npz(path, model, opt, sched, step=2) -> str:
             arrays[f"optim/{len(arrays)}"] = value
         else:
             skeleton[key] = value
-    meta = {"format": ck.FORMAT_NAME, "format_version": 1, "step": step, "epoch": 0, "batch": 1,
+    meta = {"format": checkpoint_checks.FORMAT_NAME, "format_version": 1, "step": step, "epoch": 0, "batch": 1,
             "param_names": list(model.state_dict()), "optimizer": skeleton, "scheduler": sched.state_dict(),
             "rng": None, "config": model.config.to_dict(), "tokenizers": {}, "extra": {"task": "copy"}}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -582,7 +583,7 @@ def test_an_old_npz_checkpoint_is_named_then_converted_with_the_same_numbers(sav
 
 
 def test_a_run_folder_of_npz_files_converts_with_one_command(saved, tmp_path, capsys):
-    from minitransformer.kit.cli.convert import add_convert, cmd_convert
+    from minitransformer.kit.cli.utility import add_convert, cmd_convert
 
     _, model, opt, sched, _ = saved
     tmp_path = tmp_path / "old"

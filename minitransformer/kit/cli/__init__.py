@@ -8,7 +8,7 @@ import os
 import sys
 
 from minitransformer.fast.threads import blas_threads, set_blas_threads
-from minitransformer.kit.running.train import NonFiniteError
+from minitransformer.kit.running.trainer import NonFiniteError
 
 from .common import CLIError
 from .parser import build_parser

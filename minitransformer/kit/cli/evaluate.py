@@ -7,7 +7,7 @@ from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 from minitransformer.kit.data.tasks import SequenceTask, exact_match
 from minitransformer.kit.running.checkpoint import step_of_file
-from minitransformer.kit.running.files import check_writable, write_json
+from minitransformer.kit.files import check_writable, write_json
 from minitransformer.kit.running.runs import choose_blas_threads
 from minitransformer.kit.running.settings import check_saved_settings
 

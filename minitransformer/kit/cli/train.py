@@ -12,14 +12,14 @@ from minitransformer import backend
 from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.running import runs
-from minitransformer.kit.running.files import check_writable, write_json
+from minitransformer.kit.files import check_writable, write_json
 from minitransformer.kit.running.settings import (
     MODEL_OPTIONS,
     OPTIONAL_SAVED,
     check_saved_settings,
     task_settings,
 )
-from minitransformer.kit.running.train import full_config
+from minitransformer.kit.running.checkpoint_checks import full_config
 
 from .common import CLIError, tokenizers_from_checkpoint
 

@@ -27,10 +27,8 @@ import safetensors.numpy
 from minitransformer import backend
 from minitransformer.checks import positive_int
 from minitransformer.kit.running import checkpoint_checks as checks
-from minitransformer.kit.running import files
+from minitransformer.kit import files
 
-TEMP_SUFFIX, FORMAT_NAME, FORMAT_VERSION = files.TEMP_SUFFIX, checks.FORMAT_NAME, checks.FORMAT_VERSION
-check_config = checks.check_config                                                      # public here too
 SUFFIX = ".safetensors"
 LATEST = "checkpoint" + SUFFIX
 _STEP_FILE = re.compile(r"^checkpoint-(\d+)\.safetensors$")
@@ -98,7 +96,7 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     if run is not None and not (isinstance(run, str) and 0 < len(run) <= 64):
         raise ValueError(f"save_checkpoint: run must be a short non-empty str (the run's id), got {run!r:.60}")
     count = {k: checks.count(v, k, "save_checkpoint") for k, v in zip(("step", "epoch", "batch"), (step, epoch, batch))}
-    meta = {"format": FORMAT_NAME, "format_version": checks.FORMAT_VERSION, **count, "param_names": list(weights),
+    meta = {"format": checks.FORMAT_NAME, "format_version": checks.FORMAT_VERSION, **count, "param_names": list(weights),
             "optimizer": None if optimizer is None else _flatten(optimizer, "optim", tensors),
             "scheduler": None if scheduler is None else _flatten(scheduler, "sched", tensors),
             "rng": rng, "config": config, "tokenizers": dict(tokenizers or {}), "extra": dict(extra or {})}

@@ -11,11 +11,11 @@ import re
 
 import numpy
 
-from minitransformer import limits
+from minitransformer.kit import limits
 from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
-from minitransformer.kit.running import files
-from minitransformer.limits import CONFIG_CAPS, MAX_COUNT
+from minitransformer.kit import files
+from minitransformer.kit.limits import CONFIG_CAPS, MAX_COUNT
 
 FORMAT_NAME = "minitransformer-checkpoint"
 FORMAT_VERSION = 2                         # 1 was the .npz format (``npz.convert_npz`` reads it)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from minitransformer import limits
+from minitransformer.kit import limits
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 
 PRESETS = ("tiny", "small", "base")
