@@ -105,12 +105,6 @@ def unflatten(node, prefix: str, where: str, lookup):
         if not isinstance(name, str) or not re.fullmatch(rf"{prefix}/\d{{1,9}}", name):
             raise ValueError(f"{where} names the tensor {name!r:.60}, which is not one of its own ({prefix}/<n>)")
         return lookup(name, node.get("scalar", False))
-    if keys == {"__tuple__"} and isinstance(node["__tuple__"], list):
-        return tuple(unflatten(v, prefix, where, lookup) for v in node["__tuple__"])
-    if keys == {"__dict__"} and isinstance(node["__dict__"], list) and all(
-            isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int)) and not isinstance(kv[0], bool)
-            for kv in node["__dict__"]):
-        return {k: unflatten(v, prefix, where, lookup) for k, v in node["__dict__"]}
     raise ValueError(f"{where} holds a malformed entry (keys {sorted(keys)[:4]!r:.80})")
 
 
@@ -223,8 +217,9 @@ def check_state(path, what: str, state, template) -> None:
             raise ValueError(f"{where} must be an array of shape {tuple(template.shape)}, got {got}")
         if (state.dtype.kind == "f") != (template.dtype.kind == "f"):
             raise ValueError(f"{where} holds {state.dtype} values, this run {template.dtype}")
-        largest = max(-float(state.min()), float(state.max())) if state.dtype.kind == "f" and state.size else 0.0
-        if largest > float(numpy.finfo(template.dtype).max if template.dtype.kind == "f" else math.inf):
+        narrower = state.dtype.kind == template.dtype.kind == "f" and state.dtype.itemsize > template.dtype.itemsize
+        largest = max(-float(state.min()), float(state.max())) if narrower and state.size else 0.0   # finite: read
+        if largest > float(numpy.finfo(template.dtype).max if narrower else math.inf):
             raise ValueError(f"{where} holds values beyond the range of {template.dtype}, the dtype it runs in "
                              f"(largest magnitude {largest:.3g})")
     elif isinstance(template, bool):
