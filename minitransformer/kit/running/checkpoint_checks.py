@@ -1,7 +1,7 @@
 """What a checkpoint file may hold, checked before it costs anything: the header (``read_header``, no tensor read),
 the metadata against the tensors and the config against the weights held (``check_meta``), the values read
 (``check_finite``), and what a resume would load against the run's own state (``check_resumable``). Each refusal is
-a one-line ValueError naming the file and the field; the bounds are ``minitransformer.limits``'."""
+a one-line ValueError naming the file and the field; the bounds are ``minitransformer.kit.limits``'."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
 from minitransformer.kit import files
 from minitransformer.kit.limits import CONFIG_CAPS, MAX_COUNT
+from minitransformer.kit.running.settings import check_saved_settings
 
 FORMAT_NAME = "minitransformer-checkpoint"
 FORMAT_VERSION = 2                         # 1 was the .npz format (``npz.convert_npz`` reads it)
@@ -134,6 +135,8 @@ def check_meta(where: str, meta, specs: dict) -> list:
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"{where}: {key} must be an object, got {type(value).__name__}")
         meta[key] = {} if value is None and key in ("tokenizers", "extra") else value
+    if isinstance(meta["extra"].get("settings"), dict):    # a run's settings: checked here, for every command
+        meta["extra"]["settings"] = check_saved_settings(meta["extra"]["settings"], None, where, complete=False)
     unknown, absent = sorted(set(specs) - set(used)), sorted(set(used) - set(specs))
     if unknown or absent:
         raise ValueError(f"{where}: holds tensors no checkpoint has ({unknown[:3]}): refused unread" if unknown else
