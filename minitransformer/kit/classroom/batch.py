@@ -29,7 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import minitransformer
-from minitransformer.kit.running.files import atomic_write, lock_folder, open_regular, parse_json, write_json
+from minitransformer.kit.files import atomic_write, lock_folder, open_regular, parse_json, write_json
 
 from . import grader
 from .exercises import EXERCISES, TRAIN, choose

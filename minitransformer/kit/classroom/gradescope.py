@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import minitransformer
-from minitransformer.kit.running.files import atomic_write, write_json
+from minitransformer.kit.files import atomic_write, write_json
 
 from . import batch
 from .maker import make

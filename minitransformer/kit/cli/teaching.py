@@ -11,7 +11,7 @@ from minitransformer.kit import classroom
 from minitransformer.kit.classroom import batch, gradescope
 from minitransformer.kit.classroom.exercises import catalogue_text
 from minitransformer.kit.classroom.grader import PACKAGE
-from minitransformer.kit.running.files import write_json
+from minitransformer.kit.files import write_json
 
 from .common import CLIError, option
 
