@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from minitransformer.kit.classroom import batch, make  # noqa: E402
+from minitransformer.kit.classroom import batch  # noqa: E402
+from minitransformer.kit.classroom.maker import make  # noqa: E402
 
 
 def main() -> None:

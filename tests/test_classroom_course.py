@@ -15,7 +15,8 @@ import zipfile
 
 import pytest
 
-from minitransformer.kit.classroom import EXERCISES, batch
+from minitransformer.kit.classroom import batch
+from minitransformer.kit.classroom.exercises import EXERCISES
 from minitransformer.kit.classroom.grader import PACKAGE
 from minitransformer.kit.classroom.maker import make
 from minitransformer.kit.cli import main
