@@ -66,13 +66,15 @@ class Mistake:
     patches: tuple          # ((old, new), ...): the first old text found once in one of the exercise's methods
     says: str               # the diagnosis, addressed to the student
     harmless: str = ""      # for a mistake no gradient check can see: why it does no harm
+    fix: str = ""           # how to put it right, shown when the teacher chooses diagnoses="fix"
 
     @property
     def visible(self) -> bool:
         return not self.harmless
 
 
-CATALOGUE = [Mistake(row["name"], m["name"], tuple(map(tuple, m["patches"])), m.get("says", ""), m.get("harmless", ""))
+CATALOGUE = [Mistake(row["name"], m["name"], tuple(map(tuple, m["patches"])), m.get("says", ""), m.get("harmless", ""),
+                     m.get("fix", ""))
              for row in TABLE["exercises"] for m in row["mistakes"]]
 
 

@@ -23,7 +23,9 @@ def add_classroom(sub) -> None:
     g = actions.add_parser("grade", help="grade an assignment folder; print the scorecard")
     g.add_argument("dir", help="the student's folder, as `make` wrote it")
     g.add_argument("--json", dest="json_path", help="write the results here in Gradescope's results.json format")
-    option(g, "--seed", "seed of the random inputs (default 0)", default=0)
+    option(g, "--seed", "seed of the hidden inputs (default: one drawn, written into the results)", default=None)
+    g.add_argument("--diagnoses", choices=("what", "fix"), default="what", help="name the mistake and where "
+                   "(default), or add how to fix it (after the deadline)")
     option(g, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
     option(g, "--workers", "exercises graded at once, each in its own process (default 2)",
            default=min(2, os.cpu_count() or 1))
@@ -48,7 +50,8 @@ def cmd_classroom(args) -> int:
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
     else:
-        results = classroom.grade(args.dir, seed=args.seed, timeout=args.timeout, workers=args.workers)
+        results = classroom.grade(args.dir, seed=args.seed, diagnoses=args.diagnoses, time_limit=args.timeout,
+                                  workers=args.workers)
         print(results.pop("scorecard"))
         print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
         for test in results["tests"]:

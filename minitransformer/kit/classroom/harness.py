@@ -1,0 +1,119 @@
+"""The student's side of grading: ``python -I -S harness.py JOB`` in a fresh interpreter that never imports
+minitransformer. JOB is a folder the grader filled with all this process may see: job.json, ``transformer/`` (the
+core with the graded exercise's methods stubbed, so its reference is nowhere in this process; for the training run,
+the student's whole package), cases.py, and the student's files under student/. Before any student code runs, it
+sets the limits, becomes a user of its own (when started as root), and refuses ``minitransformer``; then it loads
+the student's methods, runs the cases and writes what they gave as data alone: out/result.json and a .npy per
+tensor. It never decides a grade: the grader reads those files and judges them against a reference it computed
+where the student's code never ran."""
+
+import importlib
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+# Loaded before the user switch: afterwards the interpreter's own folders may be closed to this user.
+PRELOAD = ("__future__", "numpy", "numpy.random", "numpy.linalg", "numpy.lib.format", "ctypes", "signal", "math",
+           "json", "copy", "functools", "itertools", "collections", "dataclasses", "typing", "types", "re",
+           "operator", "contextlib", "warnings", "threading", "inspect", "traceback", "pathlib", "string",
+           "textwrap", "numbers", "enum", "abc", "random", "statistics")
+
+
+class Refuse:
+    """First on sys.meta_path: importing minitransformer fails, whichever way (import, importlib, find_spec, runpy)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "minitransformer":
+            raise ImportError("the reference (minitransformer) is not available while grading: your code runs with "
+                              "your own files and the parts of the core other exercises cover")
+
+
+def confine(limits: dict, uid) -> None:
+    """Limits of memory, file size (the output included) and, as a user of its own, processes; then that user."""
+    import ctypes
+    import signal
+
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"],) * 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["output"],) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if uid is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)      # PR_SET_PDEATHSIG: when the grader goes, this process goes
+    libc.prctl(38, 1, 0, 0, 0)                        # PR_SET_NO_NEW_PRIVS: no setuid program restores privileges
+
+
+def load(cases, targets: list, student: Path) -> dict:
+    """{the core's class: its subclass carrying the student's methods} for [(file, class, method names)]. Each file
+    runs as the module of its name in ``transformer``, so its relative imports reach that package, in which the
+    exercise graded is a stub."""
+    subs = {}
+    for file, cls_name, names in targets:
+        path, module = student / file, f"transformer.{file[:-3].replace('/', '.')}"
+        namespace = {"__name__": module, "__file__": str(path), "__package__": module.rpartition(".")[0]}
+        try:
+            exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
+            raise cases.Failed(f"{file} does not load: {cases.describe(err, str(student))}") from None
+        reference, mine = getattr(importlib.import_module(module), cls_name), namespace.get(cls_name)
+        if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
+            raise cases.Failed(f"{file}: class {cls_name} with the methods {', '.join(names)} is missing")
+        own = {n: v for n, v in vars(mine).items() if n in names or callable(v) and not hasattr(reference, n)}
+        subs[reference] = type(cls_name, (reference,), own)     # the methods, and helpers of their own
+    return subs
+
+
+def main(job: Path) -> None:
+    spec = json.loads((job / "job.json").read_text())
+    sys.path[:] = [str(job), *spec["path"]]           # this folder, the standard library, numpy's: no reference
+    sys.meta_path.insert(0, Refuse())
+    sys.dont_write_bytecode = True
+    for name in PRELOAD:
+        importlib.import_module(name)
+    os.chdir(job / "work")
+    confine(spec["limits"], spec["uid"])
+    import numpy
+
+    out, result = job / "out", {"cases": []}
+
+    def save(name: str, array) -> None:
+        numpy.save(out / f"{name}.npy", numpy.ascontiguousarray(array), allow_pickle=False)
+
+    try:
+        import cases
+        import transformer
+
+        transformer.set_default_dtype("float64")
+        if spec["exercise"] == "train":
+            import train_copy
+
+            figures = train_copy.train(transformer, seed=spec["seed"], log=lambda line: None)
+            for name, array in figures.pop("model").state_dict().items():
+                save(name, array)
+            result["figures"] = figures
+        else:
+            subs, k = load(cases, spec["targets"], job / "student"), 0
+            for run in spec["runs"]:
+                for label, module, inputs, trial in cases.prepare(transformer, spec["exercise"], **run):
+                    got = cases.run(transformer.backend, module, inputs, subs, trial, str(job / "student"), [0, 0])
+                    if "error" not in got:
+                        for name, array in got.items():
+                            save(f"{k}-{name}", array)
+                        got = {"tensors": sorted(got)}
+                    result["cases"].append(got)
+                    k += 1
+    except BaseException as err:  # noqa: BLE001 - whatever the student's code raises ends this exercise
+        from cases import describe
+
+        result["failed"] = describe(err, str(job / "student"))
+    (out / "result.json").write_text(json.dumps(result))
+    os._exit(0)                     # no finalizer of the student's runs after the result
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
