@@ -7,6 +7,7 @@ padding, one source is padding alone (its queries have no key). Nothing here imp
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import inspect
 import traceback
@@ -126,6 +127,7 @@ def counting(module, calls: list):
     backward that calls forward differentiates numerically, which a hand-written backward never does."""
     for cls in {type(m) for m in module.modules()}:
         if "_counts" not in vars(cls):
+            @functools.wraps(cls.forward)
             def forward(self, *args, _forward=cls.forward, **kwargs):
                 calls[0] += calls[1]
                 return _forward(self, *args, **kwargs)

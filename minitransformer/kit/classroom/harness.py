@@ -82,7 +82,7 @@ def main(job: Path) -> None:
     out, result = job / "out", {"cases": []}
 
     def save(name: str, array) -> None:
-        numpy.save(out / f"{name}.npy", numpy.ascontiguousarray(array), allow_pickle=False)
+        numpy.save(out / f"{name}.npy", numpy.asarray(array), allow_pickle=False)
 
     try:
         import cases
