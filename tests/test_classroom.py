@@ -126,7 +126,8 @@ def test_the_solutions_get_full_marks_on_twenty_seeds(copies):
         if "." not in e.name:
             result = grade_exercise(e, copies / "solutions" / PACKAGE, seeds=range(20))
             assert result["backward"] == "ok", (e.name, result["output"])
-            assert "(1 public, 19 hidden)" in result["output"], result["output"]
+            public = int(result["output"].split("(")[1].split()[0])
+            assert f"({public} public, {19 * public} hidden)" in result["output"], result["output"]
 
 
 def test_every_mistake_fails_its_exercise_and_is_named(copies, tmp_path):

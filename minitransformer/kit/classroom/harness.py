@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import resource
+import struct
 import sys
 from pathlib import Path
 
@@ -30,20 +31,39 @@ class Refuse:
                               "your own files and the parts of the core other exercises cover")
 
 
-def confine(limits: dict, uid) -> None:
-    """Limits of memory, file size (the output included) and, as a user of its own, processes; then that user."""
+def landlock(libc, job: Path, readable: list) -> bool:
+    """Linux's Landlock, where the kernel has it: from here on this process and its children open files only in
+    readable (to read) and in job/work and job/out (to write), signal no process outside, connect nowhere."""
+    abi = libc.syscall(444, None, 0, 1)                     # landlock_create_ruleset(..., VERSION)
+    if abi < 1:
+        return False
+    every = (1 << 13) - 1 | (abi >= 2) << 13 | (abi >= 3) << 14 | (abi >= 5) << 15
+    attr = struct.pack("QQQ", every, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[:8 * (1 + (abi >= 4) + (abi >= 6))]
+    ruleset, read, on_files = libc.syscall(444, attr, len(attr), 0), 1 << 2 | 1 << 3, 1 | 1 << 1 | 1 << 2 | 3 << 14
+    for path, rights in [*((p, read) for p in readable), (job / "work", every), (job / "out", every)]:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        libc.syscall(445, ruleset, 1, struct.pack("=Qi", rights & (every if path.is_dir() else on_files), fd), 0)
+        os.close(fd)
+    libc.prctl(38, 1, 0, 0, 0)                              # PR_SET_NO_NEW_PRIVS, which Landlock requires
+    return libc.syscall(446, ruleset, 0) == 0               # landlock_restrict_self
+
+
+def confine(limits: dict, uid, job: Path, readable: list) -> None:
+    """Limits of memory, file size (the output included) and, as a user of its own, processes; then that user,
+    then Landlock: the student's code starts with no way to the reference, the grader or other students."""
     import ctypes
     import signal
 
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"],) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["output"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    libc = ctypes.CDLL(None)
+    landlock(libc, job, [job, *readable])                 # while the paths can still be opened
     if uid is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-    libc = ctypes.CDLL(None)
     libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)      # PR_SET_PDEATHSIG: when the grader goes, this process goes
     libc.prctl(38, 1, 0, 0, 0)                        # PR_SET_NO_NEW_PRIVS: no setuid program restores privileges
 
@@ -76,7 +96,7 @@ def main(job: Path) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     os.chdir(job / "work")
-    confine(spec["limits"], spec["uid"])
+    confine(spec["limits"], spec["uid"], job, [Path(p) for p in spec["readable"]])
     import numpy
 
     out, result = job / "out", {"cases": []}

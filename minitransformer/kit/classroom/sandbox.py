@@ -50,9 +50,11 @@ def lock(path) -> None:
 
 def start(job: Path, spec: dict, uid) -> tuple:
     """Write job.json, hand the folder to the student's user, start the harness; returns (process, printed file)."""
-    spec = {**spec, "uid": uid, "limits": LIMITS,
-            "path": [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"] + "/lib-dynload",
-                     str(Path(numpy.__file__).parent.parent)]}
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    readable = [p for p in stdlib.iterdir() if p.name not in ("site-packages", "dist-packages")]
+    spec = {**spec, "uid": uid, "limits": LIMITS, "path": [str(stdlib), str(stdlib / "lib-dynload"),
+                                                           str(Path(numpy.__file__).parent.parent)],
+            "readable": [str(p) for p in [*readable, Path(numpy.__file__).parent]]}
     (job / "job.json").write_text(json.dumps(spec))
     for folder in ("work", "out"):
         (job / folder).mkdir()
