@@ -218,7 +218,7 @@ def finish(job: dict, diagnoses: str, timed_out: bool) -> dict:
         return job["result"]
     process, printed = job["process"], job["printed"]
     sandbox.stop(process, job["uid"])
-    lines = sandbox.printed(printed)
+    note = sandbox.printed(printed)
     printed.close()
     train = job["exercise"] is TRAIN
     if timed_out:
@@ -231,12 +231,11 @@ def finish(job: dict, diagnoses: str, timed_out: bool) -> dict:
         except Failed as err:
             result = failed(str(err), "-" if train else "FAIL")
         code = process.returncode
-        reason = {-25: "wrote more than the output limit", -9: "was killed (out of memory, or too many processes)"}
+        reason = {-25: "wrote more than the output limit", -9: "killed: out of memory, or too many processes"}
         result = result or failed(f"the exercise's process ended without a result (exit code {code}"
                                   f"{': ' + reason[code] if code in reason else ''})", "-" if train else "FAIL")
-    if lines:
-        result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but " \
-                            "slows a run)"
+    if note:
+        result["output"] += f"\n({note})"
     return result
 
 

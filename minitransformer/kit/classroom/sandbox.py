@@ -143,7 +143,10 @@ def array(folder: Path, name: str, shape: tuple):
     return value.astype(numpy.float64) if ok else None
 
 
-def printed(file) -> int:
-    """How many lines the student's code printed (counted in the first LIMITS['shown'] bytes)."""
+def printed(file) -> str:
+    """A note on what the student's code printed (lines counted in the first LIMITS['shown'] bytes), or ''."""
     file.seek(0)
-    return file.read(LIMITS["shown"]).count(b"\n")
+    lines, size = file.read(LIMITS["shown"]).count(b"\n"), os.fstat(file.fileno()).st_size
+    if size >= LIMITS["output"]:
+        return f"your code printed more than the {LIMITS['output'] >> 20} MB allowed: writing beyond it fails"
+    return f"your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but slows a run" * bool(size)
