@@ -8,6 +8,8 @@ import ctypes
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -16,9 +18,9 @@ import pytest
 
 import minitransformer
 from minitransformer import backend
-from minitransformer.kit.classroom import EXERCISES, sandbox
+from minitransformer.kit.classroom import CATALOGUE, EXERCISES, sandbox
 from minitransformer.kit.classroom.cases import prepare, run
-from minitransformer.kit.classroom.grader import PACKAGE, grade
+from minitransformer.kit.classroom.grader import IDENTICAL, PACKAGE, grade, grade_exercise, identical
 from minitransformer.kit.classroom.maker import make
 
 ROOT = os.geteuid() == 0
@@ -253,8 +255,9 @@ def student(root: Path, name: str, attacks: dict, fill: dict, appended=()) -> Pa
     return folder
 
 
-def graded(root: Path, folder: Path) -> dict:
-    results = grade(root / "teacher", folder / PACKAGE, seed=7, time_limit=10)
+def graded(root: Path, folder: Path, **options) -> dict:
+    results = grade(root / "teacher", folder / PACKAGE, time_limit=10, **options)
+    assert results["seed"] == options.get("seed", results["seed"]) and f"seed {results['seed']}" in results["output"]
     return {t["name"].split(": ", 1)[1]: t for t in results["tests"]}
 
 
@@ -286,7 +289,7 @@ def test_round_1_the_reference_the_grader_and_the_results(world, capfd):
     link.unlink()
     link.symlink_to(REFERENCE / "layers" / "layernorm.py")
     (folder / "assignment.json").write_text(json.dumps({"exercises": ["relu"] * 4}))     # ignored: the teacher's
-    tests = graded(root, folder)
+    tests = graded(root, folder, seed=7)
     assert_only_attacked_fail(tests, [*attacks, *APPENDED, "layernorm"])
     assert "reference (minitransformer) is not available while grading" in tests["linear"]["output"]
     assert "not written yet" in tests["relu"]["output"]                     # the copy it reaches is a stub
@@ -308,8 +311,10 @@ def test_round_2_numbers_limits_and_other_folders(world):
         shared / "other" / PACKAGE / "layers" / "attention.py"), "TARGETS": [str(p) for p in written]}
     attacks = {k: v for k, v in ROUND_2.items() if k not in ("sublayer", "attention") or CONFINED}
     before = written[0].read_text()
-    tests = graded(root, student(root, "round2", attacks, fill))
+    tests = graded(root, student(root, "round2", attacks, fill))          # a hidden seed drawn, and recorded
     assert_only_attacked_fail(tests, attacks)
+    for name, test in tests.items():                  # the untouched solutions are the reference's own code
+        assert (f"flagged: {IDENTICAL}" in test["output"]) == (name not in attacks and name != "train"), name
     assert "a numerical derivative" in tests["linear"]["output"]
     assert "hidden inputs" in tests["softmax"]["output"]                    # right on the public case alone
     assert "MemoryError" in tests["dropout"]["output"]
@@ -330,3 +335,46 @@ def test_the_exercise_list_comes_from_the_teacher_and_counts_each_once(world):
     (teacher / "assignment.json").write_text(json.dumps({"exercises": ["relu", "relu", "relu", "relu"]}))
     with pytest.raises(ValueError, match="lists relu twice"):
         grade(teacher)
+
+
+def test_the_reference_retyped_is_flagged_and_a_rewrite_is_not(world):
+    root, _ = world
+    folder = root / "retyped"
+    shutil.copytree(root / "teacher" / PACKAGE, folder / PACKAGE)
+    path = folder / PACKAGE / "layers" / "linear.py"
+    text = path.read_text()
+    start = text.index("def backward")
+    path.write_text(text[:start] + text[start:].replace("dout2d", "g").replace("x2d", "inputs").replace(
+        "\n        ", "\n        # my own words\n        ", 1))
+    assert identical(EXERCISES["linear"], folder / PACKAGE)                 # names and comments do not count
+    rewrite(folder / PACKAGE, "relu", "return dout * (self.saved(dout).positive + 0)", {})
+    assert not identical(EXERCISES["relu"], folder / PACKAGE)
+
+
+def test_diagnoses_name_what_and_where_and_the_fix_when_the_teacher_says(world):
+    root, _ = world
+    folder = root / "mistaken"
+    shutil.copytree(root / "teacher" / PACKAGE, folder / PACKAGE)
+    (mistake,) = [m for m in CATALOGUE if m.name == "dK without the transpose"]
+    path = folder / PACKAGE / "layers" / "attention.py"
+    text, (old, new) = path.read_text(), mistake.patches[0]
+    at = text.rindex(old)
+    path.write_text(text[:at] + new + text[at + len(old):])
+    what = grade_exercise(EXERCISES["attention"], folder / PACKAGE, seeds=[0, 3])
+    fix = grade_exercise(EXERCISES["attention"], folder / PACKAGE, seeds=[0, 3], diagnoses="fix")
+    assert f"this looks like: {mistake.says}\n" in what["output"] + "\n" and mistake.fix not in what["output"]
+    assert f"this looks like: {mistake.says}; the fix: {mistake.fix}" in fix["output"]
+
+
+def test_check_py_fails_what_the_grader_fails(world):
+    root, _ = world
+    folder = root / "unused_cache"
+    shutil.copytree(root / "teacher", folder)
+    path = folder / PACKAGE / "layers" / "attention.py"
+    text = path.read_text()
+    at = text.rindex("self.saved(dout)\n        # 3. Back")
+    path.write_text(text[:at] + text[at + len("self.saved(dout)\n        "):])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "check.py", "multihead"], cwd=folder, env=env, capture_output=True,
+                          text=True, check=False)
+    assert "cache of the module unused" in done.stdout and "not yet: multihead" in done.stdout, done.stdout

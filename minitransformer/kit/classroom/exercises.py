@@ -95,7 +95,7 @@ def build(mistake: Mistake) -> dict:
 
 def catalogue_text() -> str:
     """The catalogue as `minitransformer classroom bugs` prints it."""
-    lines = [f"{m.exercise:<14} {m.name}\n{'':<14} " + (m.says or m.harmless.replace(
+    lines = [f"{m.exercise:<14} {m.name}\n{'':<14} " + (m.says and f"{m.says} (the fix: {m.fix})" or m.harmless.replace(
              "harmless:", "invisible to a gradient check, and harmless:")) for m in CATALOGUE]
     return "\n".join(lines) + (f"\n{sum(m.visible for m in CATALOGUE)} mistakes a gradient check names, "
                                f"{sum(not m.visible for m in CATALOGUE)} it cannot see, over "

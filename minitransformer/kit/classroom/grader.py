@@ -84,10 +84,15 @@ def normalised(source: str, cls_name: str, names) -> list:
     return sorted(bodies)
 
 
+def text(student: Path, file: str) -> str:
+    """A student's file as text, read as a plain file (no link, no pipe), or '' if it is not one."""
+    return (sandbox.read(student / Path(file).parent, Path(file).name, STUDENT_BYTES) or b"").decode()
+
+
 def identical(exercise, student: Path) -> bool:
     """Whether the student's methods are the reference's own code, token for token after names and comments."""
     try:
-        return all(normalised((student / file).read_text()[:STUDENT_BYTES], cls.__name__, names) ==
+        return all(normalised(text(student, file), cls.__name__, names) ==
                    normalised(inspect.getsource(inspect.getmodule(cls)), cls.__name__, names)
                    for file, cls, _, names in exercise.methods())
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
@@ -117,8 +122,9 @@ def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid) 
                 given.append({"seed": seed, "given": [{k: t[k] for k in ("before", "after", "out_shape")}
                                                       for *_, t in built]})
             spec = {"exercise": exercise.name, "targets": targets, "runs": given}
-    except Failed as err:
-        job["result"] = failed(str(err), "-" if exercise is TRAIN else "FAIL")
+    except (Failed, OSError) as err:                # the submission's files, as they came
+        job["result"] = failed(str(err) if isinstance(err, Failed) else f"the submission's files cannot be read "
+                               f"({type(err).__name__}: {err.strerror})", "-" if exercise is TRAIN else "FAIL")
         return job
     shutil.copyfile(HERE / "cases.py", folder / "cases.py")
     job["process"], job["printed"] = sandbox.start(folder, spec, uid)
