@@ -212,7 +212,7 @@ def judge_training(job: dict, got: dict) -> dict:
     model.load_state_dict(state)
     exact = train_copy.exact_match(minitransformer, model, job["seeds"][-1])
     figures = got.get("figures") if isinstance(got.get("figures"), dict) else {}
-    losses = [f"{float(figures.get(k, numpy.nan)):.3f}" for k in ("first_loss", "final_loss")]
+    losses = [f"{figures[k]:.3f}" if isinstance(figures.get(k), float) else "?" for k in ("first_loss", "final_loss")]
     text = (f"{'learned' if exact >= LEARNS else 'did not learn'}: exact match {exact:.0%} on 100 new strings "
             f"(needs {LEARNS:.0%}), loss {losses[0]} -> {losses[1]}")
     return {"forward": "-", "backward": "ok", "diagnosis": "", "output": text} if exact >= LEARNS else failed(text, "-")
@@ -280,7 +280,7 @@ def grade(assignment, submission=None, *, seed=None, diagnoses="what", time_limi
                          "each exercise counts once")
     if diagnoses not in ("what", "fix"):
         raise ValueError(f"classroom grade: diagnoses must be 'what' or 'fix', got {diagnoses!r}")
-    seed = secrets.randbelow(1 << 31) if seed is None else seed
+    seed = secrets.randbelow(10**9) if seed is None else seed         # within what --seed takes
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"classroom grade: seed must be a non-negative int, got {seed!r}")
     time_limit = 30.0 if time_limit is None else float(time_limit)

@@ -65,7 +65,7 @@ def start(job: Path, spec: dict, uid) -> tuple:
     printed = open(job.parent / f"{job.name}.printed", "w+b")  # noqa: SIM115 - closed by finish()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(job / "work"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "LC_ALL": "C.UTF-8"}
-    process = subprocess.Popen([sys.executable, "-I", "-S", str(job / "harness.py"), str(job)], cwd=job, env=env,
+    process = subprocess.Popen([sys.executable, "-I", "-S", "-u", str(job / "harness.py"), str(job)], cwd=job, env=env,
                                stdin=subprocess.DEVNULL, stdout=printed, stderr=printed, start_new_session=True)
     return process, printed
 
