@@ -247,7 +247,7 @@ def finish(job: dict, diagnoses: str, timed_out: bool) -> dict:
 
 def grade_exercise(exercise, student, seeds=(0,), time_limit: float = 60.0, diagnoses: str = "what") -> dict:
     """One exercise of the student's files (a folder laid out like transformer/) on the cases of seeds."""
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
         job = begin(exercise, Path(student), seeds, Path(root) / "job", time_limit, sandbox.user())
         if "process" in job:
             try:
@@ -288,7 +288,7 @@ def grade(assignment, submission=None, *, seed=None, diagnoses="what", time_limi
     for folder in (Path(minitransformer.__file__).parent, assignment, student):
         sandbox.lock(folder)
     started, results = time.monotonic(), {}
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
         pending, running = list(exercises), []
         while pending or running:
             while pending and len(running) < workers:
