@@ -378,3 +378,21 @@ def test_check_py_fails_what_the_grader_fails(world):
     done = subprocess.run([sys.executable, "check.py", "multihead"], cwd=folder, env=env, capture_output=True,
                           text=True, check=False)
     assert "cache of the module unused" in done.stdout and "not yet: multihead" in done.stdout, done.stdout
+
+
+@pytest.mark.skipif(LANDLOCK < 6, reason="Landlock with signal scoping (Linux 6.12) is what holds without root")
+def test_without_root_landlock_alone_holds(world, monkeypatch):
+    """A teacher grading as an ordinary user: no user of its own, Landlock keeps the doors shut."""
+    root, shared = world
+    monkeypatch.setattr(sandbox, "user", lambda: None)
+    written = [root / "teacher" / "assignment.json", Path("/tmp") / f"hostile-{os.getpid()}-2",
+               shared / "open" / "new2.py"]
+    before = written[0].read_text()
+    fill = {"PARENT": str(REFERENCE.parent), "FILE": str(REFERENCE / "layers/dropout.py"), "TARGETS": [
+        str(p) for p in written], "OTHER": str(shared / "other" / PACKAGE / "layers" / "attention.py")}
+    attacks = {"dropout": ROUND_1["dropout"], "multihead": ROUND_1["multihead"], "sublayer": ROUND_2["sublayer"],
+               "attention": ROUND_2["attention"]}
+    tests = graded(root, student(root, "ordinary_user", attacks, fill), seed=11)
+    assert_only_attacked_fail(tests, attacks)
+    assert "PermissionError" in tests["attention"]["output"]                # Landlock, not file modes
+    assert written[0].read_text() == before and not written[1].exists() and not written[2].exists()
