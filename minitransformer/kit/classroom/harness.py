@@ -48,6 +48,13 @@ def landlock(libc, job: Path, readable: list) -> bool:
     return libc.syscall(446, ruleset, 0) == 0               # landlock_restrict_self
 
 
+def owned(path: Path) -> bool:
+    try:
+        return path.stat().st_uid == os.getuid()
+    except OSError:
+        return False
+
+
 def confine(limits: dict, uid, job: Path, readable: list) -> None:
     """Limits of memory, file size (the output included) and, as a user of its own, processes; then that user,
     then Landlock: the student's code starts with no way to the reference, the grader or other students."""
@@ -59,8 +66,10 @@ def confine(limits: dict, uid, job: Path, readable: list) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     libc = ctypes.CDLL(None)
     landlock(libc, job, [job, *readable])                 # while the paths can still be opened
+    # The count is per user: a user of its own starts from none, the grader's user from the tasks it runs already.
+    mine = sum(1 for p in Path("/proc").glob("[0-9]*/task/*") if uid is None and owned(p))
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"] + mine,) * 2)
     if uid is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
