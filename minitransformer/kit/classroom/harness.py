@@ -41,7 +41,10 @@ def landlock(libc, job: Path, readable: list) -> bool:
     attr = struct.pack("QQQ", every, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[:8 * (1 + (abi >= 4) + (abi >= 6))]
     ruleset, read, on_files = libc.syscall(444, attr, len(attr), 0), 1 << 2 | 1 << 3, 1 | 1 << 1 | 1 << 2 | 3 << 14
     for path, rights in [*((p, read) for p in readable), (job / "work", every), (job / "out", every)]:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:                                     # gone, or closed to the grader: nothing to allow
+            continue
         libc.syscall(445, ruleset, 1, struct.pack("=Qi", rights & (every if path.is_dir() else on_files), fd), 0)
         os.close(fd)
     libc.prctl(38, 1, 0, 0, 0)                              # PR_SET_NO_NEW_PRIVS, which Landlock requires
@@ -56,19 +59,19 @@ def owned(path: Path) -> bool:
 
 
 def confine(limits: dict, uid, job: Path, readable: list) -> None:
-    """Limits of memory, file size (the output included) and, as a user of its own, processes; then that user,
-    then Landlock: the student's code starts with no way to the reference, the grader or other students."""
+    """Limits of memory, file size (the output included) and processes; Landlock; then a user of its own (as root):
+    the student's code starts with no way to the reference, the grader or other students."""
     import ctypes
     import signal
 
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory"],) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["output"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    libc = ctypes.CDLL(None)
-    landlock(libc, job, [job, *readable])                 # while the paths can still be opened
     # The count is per user: a user of its own starts from none, the grader's user from the tasks it runs already.
     mine = sum(1 for p in Path("/proc").glob("[0-9]*/task/*") if uid is None and owned(p))
     resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"] + mine,) * 2)
+    libc = ctypes.CDLL(None)
+    landlock(libc, job, [job, *readable])                 # while the paths can still be opened
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
