@@ -12,15 +12,14 @@ import zipfile
 import pytest
 
 from minitransformer.kit.classroom import gradescope
-from minitransformer.kit.classroom.grader import PACKAGE
-from minitransformer.kit.classroom.maker import make
+from minitransformer.kit.classroom.maker import PACKAGE, make
 from minitransformer.kit.cli import main
 
 SEED = 4242
 
 
 def test_diagnoses_show_when_the_teacher_says_and_the_seed_never():
-    results = {"score": 10, "seed": SEED, "flags": ["identical to the reference solution: linear"], "notes": [],
+    results = {"score": 10, "seed": SEED, "flags": {"linear": ["identical to the reference solution"]}, "notes": [],
                "output": f"graded with seed {SEED}", "files": {"layers/linear.py": "linear.py"},
                "tests": [{"name": "part 1: linear", "score": 10, "max_score": 10, "status": "passed", "output": "ok"},
                          {"name": "part 1: relu", "score": 0, "max_score": 10, "status": "failed",

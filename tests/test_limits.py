@@ -201,6 +201,23 @@ def test_check_model_refuses_a_config_too_big_to_build_before_building_it():
     assert budget.check_model(config(), dtype="float64") == 2 * budget.check_model(config())
 
 
+@needs_rlimit
+def test_the_core_refuses_a_model_too_big_to_build_before_allocating():
+    """The core API's own guard: mt.Transformer with every size at its cap is refused in one line, under a 1 GiB
+    address-space cap, before a weight exists."""
+    out = capped("""
+        import minitransformer as mt
+        cfg = mt.TransformerConfig(src_vocab_size=1_000_000, tgt_vocab_size=1_000_000, d_model=8192, num_heads=8)
+        try:
+            mt.Transformer(cfg)
+        except ValueError as err:
+            print(type(err).__name__, err)
+    """, seconds=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("BudgetError Transformer: building this model would take about")
+    assert out.stdout.count("\n") == 1 and budget.ENV in out.stdout
+
+
 def test_data_parallel_refuses_replicas_whose_gradients_pass_the_budget(monkeypatch):
     model = mt.fast.Transformer(config())
     grads = sum(p.data.nbytes for p in model.parameters())

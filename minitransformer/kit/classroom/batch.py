@@ -33,14 +33,14 @@ from minitransformer.kit.files import atomic_write, lock_folder, open_regular, p
 
 from . import grader
 from .exercises import EXERCISES, TRAIN, choose
-from .grader import PACKAGE
-from .maker import make, parts_of
+from .maker import PACKAGE, make, parts_of
 
 MAX_FILE = 1 << 20          # bytes of one file taken from a submission (the core's largest is under 40 KB)
 MAX_ENTRIES = 20_000        # files and zip members looked at in one submission
 MAX_ZIP = 64 << 20          # bytes of a zip opened at all (its member list is read whole)
 MAX_RESULT = 16 << 20       # bytes of one stored result read back
 UNSAFE = re.compile(r"^([/\\]|[A-Za-z]:)|(^|[/\\])\.\.([/\\]|$)")      # an absolute path or a '..' in a zip member
+NO_FILES = "no files found"
 IGNORED = re.compile(r"(^|/)(__MACOSX|\.[^/]*)(/|$)")                  # macOS's resource forks, hidden files
 
 
@@ -55,6 +55,11 @@ def manifest(assignment) -> tuple[list, tuple]:
     if not isinstance(names, list) or len(set(map(str, names))) != len(names):
         raise ValueError(f"classroom: {path} must list each exercise once under 'exercises', got {names!r:.200}")
     return choose(names), parts_of(data.get("reveal", ()))
+
+
+def flagged(results: dict) -> list:
+    """The grader's flags for the teacher ({exercise: [flag]}) as lines: 'linear: identical to the reference'."""
+    return [f"{name}: {flag}" for name, flags in results.get("flags", {}).items() for flag in flags]
 
 
 def tested(exercises: list) -> list:
@@ -155,23 +160,8 @@ def nothing_found(exercises: list, files: list, notes: list) -> dict:
             f"folder or loose); nothing was graded")
     tests = [{"name": f"part {e.part}: {e.name}", "score": 0, "max_score": e.points, "status": "failed",
               "output": text, "visibility": "visible"} for e in tested(exercises)]
-    return {"score": 0, "execution_time": 0, "output": text, "tests": tests, "flags": ["no files found"],
+    return {"score": 0, "execution_time": 0, "output": text, "tests": tests, "flags": {"submission": [NO_FILES]},
             "notes": notes}
-
-
-def grader_grade(assignment, submission, *, seed, diagnoses, time_limit, workers=2) -> dict:
-    """ADAPTER to today's grader.grade(directory, seed, timeout, workers); when the grader takes
-    grade(assignment, submission, seed=, diagnoses=, time_limit=), this becomes that call and goes."""
-    seed = secrets.randbelow(2**31) if seed is None else seed
-    directory = Path(assignment) if submission is None else Path(submission).parent
-    if submission is not None:
-        for file in ("assignment.json", "cases.py"):
-            shutil.copyfile(Path(assignment) / file, directory / file)
-    results = grader.grade(directory, seed=seed, timeout=time_limit or 30.0, workers=workers)
-    for test in results["tests"]:
-        test.setdefault("status", "passed" if test["score"] == test["max_score"] else "failed")
-        test.setdefault("visibility", "visible")
-    return {**results, "seed": seed, "flags": results.get("flags", [])}
 
 
 def grade_files(assignment, base: Path, exercises: list, found: dict, where: dict, notes: list, *, seed=None,
@@ -185,8 +175,8 @@ def grade_files(assignment, base: Path, exercises: list, found: dict, where: dic
         shutil.copytree(base / PACKAGE, submission)
         for file, data in found.items():
             (submission / file).write_bytes(data)
-        results = grader_grade(assignment, submission, seed=seed, diagnoses=diagnoses, time_limit=time_limit,
-                         workers=workers)
+        results = grader.grade(assignment, submission, seed=seed, diagnoses=diagnoses, time_limit=time_limit,
+                               workers=workers)
     return {**results, "files": where, "notes": notes}
 
 
@@ -250,7 +240,7 @@ def failure(job: dict, exercises: list, why: str) -> dict:
     text = f"GRADING FAILED for this submission: {why}; the teacher will look at it"
     for test in results["tests"]:
         test["output"] = text
-    return {"student": job["student"], "key": None, "results": {**results, "output": text, "flags": [text],
+    return {"student": job["student"], "key": None, "results": {**results, "output": text, "flags": {"submission": [text]},
                                                                  "files": job["where"]}}
 
 
@@ -271,7 +261,7 @@ def grade_class(submissions, assignment, store=None, *, workers=2, only=None, se
     try:
         state = load(store / "seed.json", "seed") or {}
         seed = state.get("seed") if seed is None and isinstance(state.get("seed"), int) else seed
-        seed = secrets.randbelow(2**31) if seed is None else seed        # one seed for the whole class, kept
+        seed = secrets.randbelow(10**9) if seed is None else seed        # one seed for the whole class, kept
         write_json(store / "seed.json", {"seed": seed, "assignment": str(Path(assignment).resolve())})
         options = {"seed": seed, "diagnoses": diagnoses, "time_limit": time_limit, "workers": 1}
         todo = []
@@ -362,7 +352,7 @@ def gradebook(path, graded: dict, exercises: list) -> None:
     writer.writerow(["student", "total", "max", *columns, "flags"])
     for student, record in graded.items():
         r = record["results"]
-        flags = "; ".join(map(str, [*r.get("flags", []), *r.get("notes", [])]))
+        flags = "; ".join([*flagged(r), *r.get("notes", [])])
         writer.writerow([cell(student), r["score"], sum(t["max_score"] for t in r["tests"]), *points(r, columns),
                          cell(flags)])
     atomic_write(path, lambda f: f.write(out.getvalue().encode("utf-8")), "gradebook")

@@ -73,7 +73,7 @@ def build(assignment, output, seed=None, visibility="visible", diagnoses="what",
     if not str(output).endswith(".zip"):
         raise ValueError(f"classroom autograder: -o must name a .zip file, got {output!r}")
     exercises, reveal = batch.manifest(assignment)
-    config = {"seed": secrets.randbelow(2**31) if seed is None else seed, "visibility": visibility,
+    config = {"seed": secrets.randbelow(10**9) if seed is None else seed, "visibility": visibility,
               "diagnoses": diagnoses, "time_limit": time_limit}
     with tempfile.TemporaryDirectory(prefix="minitransformer-autograder-") as tmp:
         fresh = Path(tmp) / "assignment"
@@ -109,7 +109,7 @@ def for_students(results: dict, visibility: str) -> dict:
             tests += [{**test, "output": f"failed; the diagnosis shows {WHEN[visibility]}"},
                       {**test, "name": f"{t['name']}: diagnosis", "score": 0, "max_score": 0,
                        "visibility": visibility}]
-    flags = [str(f) for f in results.get("flags", [])]
+    flags = batch.flagged(results)
     if flags:
         tests.append({"name": "for the teacher", "score": 0, "max_score": 0, "status": "failed",
                       "output": "\n".join(flags), "visibility": "hidden"})

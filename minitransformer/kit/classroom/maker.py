@@ -17,8 +17,8 @@ from pathlib import Path
 import minitransformer
 
 from .exercises import EXERCISES, PARTS, TRAIN, choose
-from .grader import PACKAGE
 
+PACKAGE = "transformer"            # DIR/transformer/: the student's copy of the core
 COMPARISONS = "# COMPARISONS:"     # where layers/__init__.py's imports of the comparison layers begin
 INIT = '''"""Your copy of minitransformer's core: the Transformer of "Attention Is All You Need" in NumPy.
 Shape letters: B batch, S source length, T target length, D d_model, H heads, Dk head size, F d_ff, V vocabulary."""

@@ -7,10 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minitransformer.kit import classroom
-from minitransformer.kit.classroom import batch, gradescope
-from minitransformer.kit.classroom.exercises import catalogue_text
-from minitransformer.kit.classroom.grader import PACKAGE
+from minitransformer.kit.classroom import batch, exercises, grader, gradescope, maker
+from minitransformer.kit.classroom.maker import PACKAGE
 from minitransformer.kit.files import write_json
 
 from .common import CLIError, option
@@ -69,17 +67,17 @@ def add_classroom(sub) -> None:
 
 def cmd_classroom(args) -> int:
     if args.action == "list":
-        for part, title in classroom.PARTS.items():
+        for part, title in exercises.PARTS.items():
             print(f"part {part}: {title}")
-            for e in [*classroom.EXERCISES.values(), classroom.TRAIN]:
+            for e in [*exercises.EXERCISES.values(), exercises.TRAIN]:
                 if e.part == part:
                     print(f"  {e.name:<22} {e.sentence}")
-        print(f"`make` hands out the backward exercises unless --exercises says otherwise; {len(classroom.CATALOGUE)} "
+        print(f"`make` hands out the backward exercises unless --exercises says otherwise; {len(exercises.CATALOGUE)} "
               f"mistakes in the catalogue (`bugs`)")
     elif args.action == "bugs":
-        print(catalogue_text())
+        print(exercises.catalogue_text())
     elif args.action == "make":
-        chosen = classroom.make(args.dir, args.exercises, args.solutions, args.reveal)
+        chosen = maker.make(args.dir, args.exercises, args.solutions, args.reveal)
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
     elif args.action == "autograder":
@@ -95,7 +93,7 @@ def cmd_classroom(args) -> int:
 def grade(args) -> int:
     path, options = Path(args.dir), {"seed": args.seed, "diagnoses": args.diagnoses, "time_limit": args.timeout}
     if args.assignment is None and (path / "assignment.json").is_file():         # a whole assignment, in place
-        results = batch.grader_grade(path, None, workers=args.workers, **options)
+        results = grader.grade(path, None, workers=args.workers, **options)
     elif one_submission(path):
         with tempfile.TemporaryDirectory(prefix="minitransformer-assignment-") as tmp:
             assignment = args.assignment or inferred(path, Path(tmp) / "hw")
@@ -110,7 +108,7 @@ def grade(args) -> int:
     print(results.pop("scorecard", None) or "\n".join(f"{t['name']:<28} {t['score']:>3}/{t['max_score']:<3} "
                                                      f"{t['status']}" for t in results["tests"]))
     print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
-    for line in [*results.get("notes", []), *results.get("flags", [])]:
+    for line in [*results.get("notes", []), *batch.flagged(results)]:
         print(f"note: {line}")
     for test in (t for t in results["tests"] if t["score"] < t["max_score"]):
         print(f"\n{test['name']}:\n{test['output']}")
@@ -123,7 +121,7 @@ def grade_class(args, path: Path, options: dict) -> int:
     graded = batch.grade_class(path, args.assignment, args.results, workers=args.workers, only=args.only, **options)
     exercises, _ = batch.manifest(args.assignment)
     for student, record in graded.items():
-        if "no files found" in record["results"].get("flags", []) or record.get("key") is None:
+        if record["results"].get("flags", {}).get("submission") or record.get("key") is None:
             print(f"{student}: {record['results']['output']}", file=sys.stderr)
     scores = [r["results"]["score"] for r in graded.values()]
     print(f"{len(graded)} students graded, mean {sum(scores) / max(1, len(scores)):.1f} points; each result in "
@@ -145,10 +143,10 @@ def one_submission(path) -> bool:
 def inferred(source, directory) -> Path:
     """An assignment made in `directory` for a submission handed back alone: the exercises its files name in their
     'EXERCISE name (part N)' hints, every backward exercise if none."""
-    found, _, _ = batch.collect(source, batch.graded_files(list(classroom.EXERCISES.values())))
+    found, _, _ = batch.collect(source, batch.graded_files(list(exercises.EXERCISES.values())))
     if not found:
         raise FileNotFoundError(f"classroom grade: {source} holds no assignment (no assignment.json) and no file of "
                                 f"one (transformer/layers/linear.py, ...); a class or a submission needs --assignment")
     named = {m for text in found.values() for m in re.findall(r"EXERCISE (\S+) \(part", text.decode(errors="replace"))}
-    classroom.make(directory, [n for n in classroom.EXERCISES if n in named] or None)
+    maker.make(directory, [n for n in exercises.EXERCISES if n in named] or None)
     return Path(directory)
