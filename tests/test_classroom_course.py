@@ -103,17 +103,23 @@ def test_a_notebook_sees_an_edited_file_without_a_restart(weeks, tmp_path):
     pytest.importorskip("ipykernel")
     shutil.copytree(weeks / "hw1", tmp_path / "hw1")
     nb = nbformat.read(tmp_path / "hw1" / "part1_layers.ipynb", as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell("print('RESULT', check('relu'))"))
+    check = next(c for c in nb.cells if "check.py relu" in c.source)
+    explore = nbformat.v4.new_code_cell("r = mt.layers.ReLU()\nr(np.ones((2, 3)))\ntry:\n"
+                                        "    print('BACKWARD', r.backward(np.ones((2, 3))).sum())\n"
+                                        "except NotImplementedError:\n    print('BACKWARD missing')")
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path / "hw1")}})
+    printed = []
     with client.setup_kernel():
         client.execute_cell(nb.cells[1], 1)                           # the imports
-        client.execute_cell(nb.cells[-1], 2)
-        shutil.copyfile(weeks / "hw1-solutions" / PACKAGE / "layers" / "activations.py",
-                        tmp_path / "hw1" / PACKAGE / "layers" / "activations.py")
-        client.execute_cell(nb.cells[-1], 3)
-        after = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-    assert "RESULT True" in after
+        for i in range(2):
+            for n, cell in enumerate((check, explore)):
+                client.execute_cell(cell, 2 + 2 * i + n)
+                printed.append("".join(o.get("text", "") for o in cell.outputs))
+            shutil.copyfile(weeks / "hw1-solutions" / PACKAGE / "layers" / "activations.py",
+                            tmp_path / "hw1" / PACKAGE / "layers" / "activations.py")
+    assert "relu: not written yet" in printed[0] and printed[1].strip() == "BACKWARD missing", printed[:2]
+    assert "PASS" in printed[2] and "all passed" in printed[2] and printed[3].strip() == "BACKWARD 6.0", printed[2:]
 
 
 # ---------------------------------------------------------------------------------------------------- a class

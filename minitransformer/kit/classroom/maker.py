@@ -84,19 +84,19 @@ def notebook(part: int, exercises: list) -> dict:
         return {"cell_type": kind, "metadata": {}, "source": text.strip("\n").splitlines(keepends=True), **extra}
 
     cells = [cell("markdown", f"# Part {part}: {PARTS[part]}\n\nEach section names the method you write, in which "
-                              "file, and checks it on your own code: run the cell after each exercise."),
-             cell("code", "# every cell reloads the files you edited: no kernel restart after a change\n"
-                          "%load_ext autoreload\n%autoreload 2\n\nimport numpy as np\n\nimport transformer as mt\n"
-                          "from check import check\n\n"
-                          "mt.set_default_dtype('float64')   # gradient checks need float64")]
+                              "file, and checks it on your own code: run the cell after each exercise. A check runs "
+                              "`check.py` in a fresh process, on your files as they are now; `mt` in this kernel "
+                              "reloads the files you edit (autoreload): no kernel restart after a change."),
+             cell("code", "%load_ext autoreload\n%autoreload 2\n\nimport sys\n\nimport numpy as np\n\n"
+                          "import transformer as mt\n\nmt.set_default_dtype('float64')   # gradient checks need float64")]
     for e in exercises:
         file, cls_name, _ = e.targets[0]
         cells += [cell("markdown", f"## `{e.name}`: {cls_name} in `transformer/{file}`\n\n{e.sentence}\n\n"
-                                   f"*Hint:* {e.hint}"), cell("code", f"check({e.name!r})")]
+                                   f"*Hint:* {e.hint}"), cell("code", f"!{{sys.executable}} check.py {e.name}")]
     if part == 3:
         cells += [cell("markdown", f"## `train`\n\n{TRAIN.sentence} Every step runs your forward, your backward "
                                    "and the optimiser: a wrong gradient shows as a loss that stalls."),
-                  cell("code", "from train_copy import train\n\ntrain(mt)")]
+                  cell("code", "!{sys.executable} train_copy.py")]
     return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                                         "name": "python3"}}, "nbformat": 4, "nbformat_minor": 4}
 
