@@ -99,7 +99,7 @@ def grade(args) -> int:
             assignment = args.assignment or inferred(path, Path(tmp) / "hw")
             results = batch.grade_one(path, assignment, workers=args.workers, **options)
         if args.assignment is None:
-            print(f"graded against a fresh assignment of the exercises its files name; give --assignment to choose")
+            print("graded against a fresh assignment of the exercises its files name; give --assignment to choose")
     elif args.assignment is None:
         raise CLIError(f"classroom grade: {path} holds no assignment and no submission; to grade a class (a folder "
                        f"or zip per student) give --assignment, the folder `classroom make` wrote")
