@@ -119,7 +119,7 @@ def grade(args) -> int:
 
 def grade_class(args, path: Path, options: dict) -> int:
     graded = batch.grade_class(path, args.assignment, args.results, workers=args.workers, only=args.only, **options)
-    exercises, _ = batch.manifest(args.assignment)
+    handed_out, _ = batch.manifest(args.assignment)
     for student, record in graded.items():
         if record["results"].get("flags", {}).get("submission") or record.get("key") is None:
             print(f"{student}: {record['results']['output']}", file=sys.stderr)
@@ -127,7 +127,7 @@ def grade_class(args, path: Path, options: dict) -> int:
     print(f"{len(graded)} students graded, mean {sum(scores) / max(1, len(scores)):.1f} points; each result in "
           f"{args.results or path.with_name(path.name + '-graded')}")
     if args.csv_path:
-        batch.gradebook(args.csv_path, graded, exercises)
+        batch.gradebook(args.csv_path, graded, handed_out)
     if args.feedback:
         batch.write_feedback(args.feedback, graded)
     return 0
