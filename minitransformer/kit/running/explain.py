@@ -81,7 +81,7 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     return loss, backend.to_numpy(logits[0]).astype(numpy.float64), layers
 
 
-def _decoding(model, src, hyp, beam_size: int, alpha: float, label) -> dict:
+def _decoding(model, src, hyp, ended: bool, beam_size: int, alpha: float, label) -> dict:
     """The output step by step: at step t the token chosen, the TOP_K most probable next tokens, and the
     cross-attention of every layer (teacher-forced on the output: the rows are those decoding saw)."""
     c = model.config
@@ -89,7 +89,7 @@ def _decoding(model, src, hyp, beam_size: int, alpha: float, label) -> dict:
     logits = backend.to_numpy(logits).astype(numpy.float64)
     log_p = logits - logits.max(-1, keepdims=True)
     log_p -= numpy.log(numpy.exp(log_p).sum(-1, keepdims=True))                  # (T,V)
-    chosen = hyp + [c.eos_id]
+    chosen = hyp + [c.eos_id if ended else int(log_p[-1].argmax())]     # cut: what it would have said next
     steps = []
     for t, token in enumerate(chosen):
         top = numpy.argsort(-log_p[t], kind="stable")[:TOP_K]
@@ -126,9 +126,10 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
         search = {"beam_size": beam_size, "alpha": alpha} if beam_size > 1 else {}
         hyp = (decoding.beam_search if search else decoding.greedy_decode)(model, numpy.asarray([src]),
                                                                           max_len=limit - 1, **search)[0]
-        if len(hyp) >= limit - 1:
+        ended = len(hyp) < limit - 1
+        if not ended:
             notes.append(f"the output was cut at {limit - 1} tokens")
-        steps = _decoding(model, src, hyp, beam_size, alpha, tgt_label)
+        steps = _decoding(model, src, hyp, ended, beam_size, alpha, tgt_label)
         target = hyp if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
         tgt_in, tgt_out = [c.bos_id] + target, target + [c.eos_id]
         loss, logits, layers = _forward_backward(model, src, tgt_in, tgt_out)
@@ -141,7 +142,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             "config": {k: getattr(c, k) for k in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
                                                  "positional")} | {"d_k": layers["encoder"][0]["q"].shape[-1]},
             "tier": "fast" if ".fast." in type(model).__module__ else "core",
-            "decoding": steps, "stacks": {}}
+            "decoding": steps, "output_ids": hyp, "stacks": {}}
     for name in STACKS:
         maps = layers[name]
         share = numpy.stack([numpy.abs((m["attn"] * m["dattn"]).sum(axis=(1, 2))) for m in maps])   # (L,H)
