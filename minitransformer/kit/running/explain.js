@@ -34,7 +34,8 @@
   window.explainData = {D, S, matrix};        // for readers who open the console, and for the tests
 
   function labels(stack) {
-    return {rows: stack === "encoder" ? D.src : D.tgt_in, cols: stack === "decoder_self" ? D.tgt_in : D.src};
+    // a decoder query is labelled by the token it produces (the next one), as attention.png labels its rows
+    return {rows: stack === "encoder" ? D.src : D.tgt_out, cols: stack === "decoder_self" ? D.tgt_in : D.src};
   }
   function rgb(c) { return `rgb(${c[0] | 0},${c[1] | 0},${c[2] | 0})`; }
   function viridis(x) {
@@ -142,7 +143,7 @@
   const headsOn = new Array(D.config.num_heads).fill(true);
   function renderHeads(sec, stack, layer) {
     el("p", {class: "help"}, sec, `${STACK_NAMES[stack]}, layer ${layer}. A line joins a query token (left) to a ` +
-      "key (right), as dark as its weight. Hover a token to see its row (left) or column (right) alone; untick a " +
+      "key (right), as dark as its weight; a decoder query is named by the token it produces. Hover a token to see its row (left) or column (right) alone; untick a " +
       "head to hide its lines.");
     const toggles = el("div", {class: "heads-toggles"}, sec);
     headsOn.forEach((on, h) => {

@@ -188,7 +188,7 @@ class Explanation:
         s = self.data["stacks"][stack]
         attn = numpy.frombuffer(base64.b64decode(s["attn"]["b64"]), "<f4").reshape(s["attn"]["shape"])
         layer = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
-        rows = self.data["src"] if stack == "encoder" else self.data["tgt_in"]
+        rows = self.data["src"] if stack == "encoder" else self.data["tgt_out"]     # a query: the token it produces
         return viz.attention_grid(attn[layer], x_labels=self.data["tgt_in"] if stack == "decoder_self" else
                                   self.data["src"], y_labels=rows, title=f"{stack}, layer {layer}")
 
