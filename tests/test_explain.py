@@ -36,31 +36,36 @@ def loss_of(model, src, tgt_in, tgt_out) -> float:
 SRC, TGT = [5, 7, 3, 9, 4], [6, 11, 8]
 
 
+def numeric_dattn(model, core, head: int, monkeypatch, eps: float = 1e-6) -> np.ndarray:
+    """(L(A + eps) - L(A - eps)) / 2 eps for every weight of one head of an attention core (Tq,Tk), the weight moved
+    where the core's softmax hands it on; L the loss of (SRC, TGT) in eval mode."""
+    model.eval()
+    softmax = type(core.softmax).forward
+    numeric = None
+    for sign in (1, -1):
+        losses = {}
+        for index in np.ndindex(*core.attn.shape[2:]):
+            def moved(x, index=index):
+                p = softmax(core.softmax, x).copy()
+                p[(0, head, *index)] += sign * eps
+                return p
+            monkeypatch.setattr(core.softmax, "forward", moved)
+            losses[index] = loss_of(model, SRC, [1] + TGT, TGT + [2])
+            monkeypatch.undo()
+        side = np.array([losses[i] for i in np.ndindex(*core.attn.shape[2:])]).reshape(core.attn.shape[2:])
+        numeric = side if numeric is None else (numeric - side) / (2 * eps)
+    return numeric
+
+
 def test_dattn_equals_finite_differences_of_the_loss(float64, monkeypatch):
-    """Each stack's dL/dA on the page against (L(A + eps) - L(A - eps)) / 2 eps, the weight moved where the
-    softmax hands it on, every entry of a head in the last layer of each stack."""
+    """Each stack's dL/dA on the page against central differences, every entry of head 1 in the last layer."""
     model = mt.Transformer(small_config())
     data = viz.explain(model, SRC, TGT).data
-    tgt_in, tgt_out = [1] + TGT, TGT + [2]
-    model.eval()
-    eps = 1e-6
     for stack in STACKS:
         core = {"encoder": model.encoder.layers[-1].self_attn, "decoder_self": model.decoder.layers[-1].self_attn,
                 "decoder_cross": model.decoder.layers[-1].cross_attn}[stack].attention
         page = unpack(data["stacks"][stack]["dattn"])[-1, 1]                        # (Tq,Tk) of head 1
-        numeric = np.zeros_like(page)
-        softmax = type(core.softmax).forward
-        for index in np.ndindex(page.shape):
-            losses = []
-            for sign in (1, -1):
-                def moved(x, sign=sign, index=index):
-                    p = softmax(core.softmax, x).copy()
-                    p[(0, 1, *index)] += sign * eps
-                    return p
-                monkeypatch.setattr(core.softmax, "forward", moved)
-                losses.append(loss_of(model, SRC, tgt_in, tgt_out))
-            numeric[index] = (losses[0] - losses[1]) / (2 * eps)
-        monkeypatch.undo()
+        numeric = numeric_dattn(model, core, 1, monkeypatch)
         scale = np.abs(numeric).max()
         assert scale > 1e-4, f"{stack}: the loss barely depends on these weights, so the check would prove nothing"
         worst = np.unravel_index(np.abs(page - numeric).argmax(), page.shape)

@@ -25,7 +25,7 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
-from test_explain import SRC, TGT, small_config, unpack  # noqa: E402
+from test_explain import SRC, TGT, numeric_dattn, small_config  # noqa: E402
 
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
 DRIVER = shutil.which("chromedriver")
@@ -156,20 +156,7 @@ def test_the_gradient_shown_is_the_finite_difference_dattn(page, monkeypatch):
     browser, model = page
     read = browser.execute_script("const t = explainData.S.decoder_cross.dattn; return [t.shape, Array.from(t.v)]")
     shown = np.reshape(read[1], read[0])[-1, 0]                         # (T,S)
-    core = model.decoder.layers[-1].cross_attn.attention
-    softmax, eps, numeric = type(core.softmax).forward, 1e-6, np.zeros_like(shown)
-    model.eval()
-    for index in np.ndindex(shown.shape):
-        losses = []
-        for sign in (1, -1):
-            def moved(x, sign=sign, index=index):
-                p = softmax(core.softmax, x).copy()
-                p[(0, 0, *index)] += sign * eps
-                return p
-            monkeypatch.setattr(core.softmax, "forward", moved)
-            logits = model(np.asarray([SRC]), np.asarray([[1] + TGT]))
-            losses.append(mt.CrossEntropyLoss(ignore_index=0)(logits, np.asarray([TGT + [2]])))
-        numeric[index] = (losses[0] - losses[1]) / (2 * eps)
+    numeric = numeric_dattn(model, model.decoder.layers[-1].cross_attn.attention, 0, monkeypatch)
     assert np.abs(numeric).max() > 1e-4
     np.testing.assert_allclose(shown, numeric, atol=1e-5 * np.abs(numeric).max())
 

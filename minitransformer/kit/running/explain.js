@@ -260,8 +260,9 @@
       const m = matrix(t, layer, h);
       for (let i = 0; i < m.rows; i++) for (let j = 0; j < m.cols; j++) peak = Math.max(peak, Math.abs(m.get(i, j)));
     }
-    const n = Math.max(lab.rows.length, lab.cols.length), cell = Math.max(3, Math.min(14, 220 / n)), per = 4;
-    const side = n * cell, x0 = longest(lab.rows), w = side + 24, h0 = 24, hh = side + longest(lab.cols) + 30;
+    const n = Math.max(lab.rows.length, lab.cols.length), cell = Math.max(3, Math.min(22, 220 / n)), per = 4;
+    const side = n * cell, x0 = longest(lab.rows), w = Math.max(side + 24, 140), h0 = 24;
+    const hh = side + longest(lab.cols) + 30;
     const ctx = canvas(sec, x0 + Math.min(H, per) * w, Math.ceil(H / per) * hh + 24);
     ctx.canvas.id = "gradient-canvas";
     for (let h = 0; h < H; h++) {
