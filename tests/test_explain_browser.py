@@ -81,16 +81,25 @@ def visible_lines(browser):
 
 
 @pytest.fixture(scope="module")
-def page(browser, tmp_path_factory):
-    """A small float64 core model's page for (SRC, TGT), and the model itself."""
+def small_page(tmp_path_factory):
+    """A small float64 core model's page for (SRC, TGT), saved once, and the model itself."""
     mt.set_default_dtype("float64")
     try:
         mt.manual_seed(3)
         model = mt.Transformer(small_config())
-        explanation = viz.explain(model, SRC, TGT)
+        path = viz.explain(model, SRC, TGT).save(tmp_path_factory.mktemp("page") / "page.html")
     finally:
         mt.set_default_dtype("float32")
-    return open_page(browser, explanation, tmp_path_factory.mktemp("page") / "page.html"), model
+    return path, model
+
+
+@pytest.fixture
+def page(browser, small_page):
+    """The small page, freshly opened (each test starts from the page as it loads)."""
+    path, model = small_page
+    browser.get(path.as_uri())
+    browser.get_log("browser")
+    return browser, model
 
 
 def test_every_view_draws_without_errors_and_fetches_nothing(page):
@@ -100,6 +109,16 @@ def test_every_view_draws_without_errors_and_fetches_nothing(page):
         assert section.is_displayed() and not errors(browser), view
         not_blank(section.screenshot_as_png)
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+
+
+def test_a_page_of_the_models_own_beam_output_draws_too(browser, tmp_path):
+    """No target given: the gradient is of the model's own output, the decoding a beam's, and a longer source."""
+    model = mt.fast.Transformer(small_config())
+    open_page(browser, viz.explain(model, [4 + i % 7 for i in range(30)], beam_size=3), tmp_path / "own.html")
+    for view in VIEWS:
+        not_blank(show(browser, view).screenshot_as_png)
+        assert not errors(browser), view
+    assert "beam search, beam 3" in show(browser, "decoding").text
 
 
 def test_hovering_a_token_shows_its_row_alone(page):

@@ -316,7 +316,8 @@
     });
   }
   let crossCache = null;
-  const unpackOnce = () => crossCache || (crossCache = unpack(D.decoding.cross));
+  const unpackOnce = () => crossCache ||
+    (crossCache = D.decoding.cross ? unpack(D.decoding.cross) : S.decoder_cross.attn);
 
   // -- masks and positional encodings of this sentence -----------------------------------------------------------
   function renderMasks(sec) {

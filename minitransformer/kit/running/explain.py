@@ -78,28 +78,26 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
         p.grad[...] = g
     layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": core.dattn[0]}
                      for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
-    return loss, backend.to_numpy(logits[0]).astype(numpy.float64), layers
+    return loss, backend.to_numpy(logits[0]), layers
 
 
-def _decoding(model, src, hyp, ended: bool, beam_size: int, alpha: float, label) -> dict:
-    """The output step by step: at step t the token chosen, the TOP_K most probable next tokens, and the
-    cross-attention of every layer (teacher-forced on the output: the rows are those decoding saw)."""
-    c = model.config
-    logits = model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0]   # (T,V)
-    logits = backend.to_numpy(logits).astype(numpy.float64)
+def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam_size: int, alpha: float, label) -> dict:
+    """The output step by step, from the logits (T,V) of the decoder fed [BOS] + hyp: at step t the token chosen and
+    the TOP_K most probable next tokens; cross (L,H,T,S), the cross-attention of those steps, when it is not the
+    page's decoder_cross stack already (a given target)."""
     log_p = logits - logits.max(-1, keepdims=True)
     log_p -= numpy.log(numpy.exp(log_p).sum(-1, keepdims=True))                  # (T,V)
-    chosen = hyp + [c.eos_id if ended else int(log_p[-1].argmax())]     # cut: what it would have said next
-    steps = []
-    for t, token in enumerate(chosen):
-        top = numpy.argsort(-log_p[t], kind="stable")[:TOP_K]
-        steps.append({"token": label([token])[0], "p": float(numpy.exp(log_p[t, token])),
-                      "top": [[label([int(i)])[0], float(numpy.exp(log_p[t, i]))] for i in top]})
+    chosen = hyp + [eos_id if ended else int(log_p[-1].argmax())]     # cut: what it would have said next
+    k = min(TOP_K, log_p.shape[-1])
+    top = numpy.argpartition(-log_p, k - 1, axis=-1)[:, :k]                     # (T,k) the k best, in no order
+    top = numpy.take_along_axis(top, numpy.argsort(-numpy.take_along_axis(log_p, top, -1), axis=-1), -1)  # best first
+    steps = [{"token": label([token])[0], "p": float(numpy.exp(log_p[t, token])),
+              "top": [[label([int(i)])[0], float(numpy.exp(log_p[t, i]))] for i in top[t]]}
+             for t, token in enumerate(chosen)]
     total = float(sum(log_p[t, token] for t, token in enumerate(chosen)))
-    cross = numpy.stack([a.attn[0] for a in _stacks(model)["decoder_cross"]])   # (L,H,T,S)
     return {"method": "greedy" if beam_size == 1 else f"beam search, beam {beam_size}, alpha {alpha:g}",
             "log_p": total, "score": total / float(decoding.length_penalty(len(chosen), alpha)),
-            "steps": steps, "cross": _pack(cross)}
+            "steps": steps, "cross": None if cross is None else _pack(cross)}
 
 
 def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> dict:
@@ -129,10 +127,15 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
         ended = len(hyp) < limit - 1
         if not ended:
             notes.append(f"the output was cut at {limit - 1} tokens")
-        steps = _decoding(model, src, hyp, ended, beam_size, alpha, tgt_label)
         target = hyp if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
         tgt_in, tgt_out = [c.bos_id] + target, target + [c.eos_id]
         loss, logits, layers = _forward_backward(model, src, tgt_in, tgt_out)
+        cross = None                                   # the output's own pass: the decoding is the page's stacks
+        if tgt is not None:                            # the output, teacher-forced: the rows decoding saw
+            logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
+            cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
+        steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam_size, alpha,
+                          tgt_label)
     finally:
         model.train(was_training)
     masks = {"encoder": model.src_mask(numpy.asarray([src]))[0, 0], "decoder_cross": model.src_mask(
