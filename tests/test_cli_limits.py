@@ -31,6 +31,7 @@ from minitransformer.model import TransformerConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED = {"train": ["--task", "copy"], "translate": ["--checkpoint", "x"], "evaluate": ["--checkpoint", "x"],
+            "explain": ["--checkpoint", "x", "a sentence"],
             "gradcheck": [], "download": [], "classroom grade": ["hw"]}
 MODEL_SIZES = ("d_model", "num_heads", "num_encoder_layers", "d_ff", "d_k", "d_v")
 

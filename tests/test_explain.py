@@ -6,6 +6,7 @@ names nothing outside itself; bad arguments are one clear error. The browser tes
 import base64
 import re
 
+import fakecupy
 import numpy as np
 import pytest
 
@@ -232,3 +233,19 @@ def test_explain_command_writes_the_page(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["explain", "--checkpoint", str(out), "4 5", "--beam-size", "0"])
     assert exit_.value.code == 2 and "--beam-size" in capsys.readouterr().err
+
+
+def test_a_model_on_the_device_gives_the_same_page(float64):
+    """On the tests' stand-in for a GPU (tests/fakecupy.py refuses implicit copies to the host): the same data."""
+    model = mt.Transformer(small_config())
+    host = viz.explain(model, SRC, TGT).data
+    state = model.state_dict()
+    mt.set_backend(fakecupy)
+    on_device = mt.fast.Transformer(small_config())
+    on_device.load_state_dict(state)
+    device = viz.explain(on_device, SRC, TGT).data
+    assert device["loss"] == pytest.approx(host["loss"], rel=1e-9) and device["output_ids"] == host["output_ids"]
+    for stack in STACKS:
+        for key in ("attn", "dattn", "q", "k"):
+            a, b = unpack(host["stacks"][stack][key]), unpack(device["stacks"][stack][key])
+            np.testing.assert_allclose(b, a, atol=1e-6 * max(1.0, np.abs(a).max()), err_msg=f"{stack} {key}")

@@ -109,7 +109,8 @@
     state.stack = e.target.value; state.query = 0; state.big = null; render(); });
   const layerCount = name => S[name].attn.shape[0];
   const layerSelect = select(controls, "layer", [...Array(Math.max(layerCount("encoder"),
-    layerCount("decoder_self"))).keys()].map(i => [i, i]), e => { state.layer = +e.target.value; state.big = null; render(); });
+    layerCount("decoder_self"))).keys()].map(i => [i, i]), e => {
+    state.layer = +e.target.value; state.big = null; render(); });
   const exportButton = el("button", {class: "export", id: "export"}, controls, "Export this view (PNG / SVG)");
   exportButton.addEventListener("click", () => figures(state.view).forEach(f => {
     const a = el("a", {href: f.url, download: f.name}, document.body);
@@ -143,8 +144,8 @@
   const headsOn = new Array(D.config.num_heads).fill(true);
   function renderHeads(sec, stack, layer) {
     el("p", {class: "help"}, sec, `${STACK_NAMES[stack]}, layer ${layer}. A line joins a query token (left) to a ` +
-      "key (right), as dark as its weight; a decoder query is named by the token it produces. Hover a token to see its row (left) or column (right) alone; untick a " +
-      "head to hide its lines.");
+      "key (right), as dark as its weight; a decoder query is named by the token it produces. Hover a token to " +
+      "see its row (left) or column (right) alone; untick a head to hide its lines.");
     const toggles = el("div", {class: "heads-toggles"}, sec);
     headsOn.forEach((on, h) => {
       const l = el("label", {}, toggles);
@@ -172,9 +173,11 @@
     });
     const only = (attr, i) => lines.querySelectorAll("line").forEach(l => {
       l.style.display = i === null || l.getAttribute(attr) === String(i) ? "" : "none"; });
-    [[lab.rows, left, "end", "data-q"], [lab.cols, left + 250, "start", "data-k"]].forEach(([tokens, x, anchor, attr]) =>
+    const sides = [[lab.rows, left, "end", "data-q"], [lab.cols, left + 250, "start", "data-k"]];
+    sides.forEach(([tokens, x, anchor, attr]) =>
       tokens.forEach((t, i) => {
-        const text = el("text", {class: "tok", x, y: y(i), "text-anchor": anchor, "data-i": i, "data-side": attr}, svg, t);
+        const text = el("text", {class: "tok", x, y: y(i), "text-anchor": anchor, "data-i": i, "data-side": attr},
+          svg, t);
         text.addEventListener("mouseenter", () => only(attr, i));
         text.addEventListener("mouseleave", () => only(attr, null));
       }));
@@ -200,7 +203,8 @@
       if (h >= 0 && h < H && l >= 0 && l < L) { state.big = [l, h]; render(); }
     });
     if (state.big) {
-      const [l, h] = state.big, m = matrix(t, l, h), lab = labels(stack), cell = Math.max(8, Math.min(22, 600 / m.cols));
+      const [l, h] = state.big, m = matrix(t, l, h), lab = labels(stack);
+      const cell = Math.max(8, Math.min(22, 600 / m.cols));
       const x = longest(lab.rows), big = canvas(sec, x + m.cols * cell + 20, 30 + m.rows * cell + longest(lab.cols));
       big.canvas.id = "model-big";
       heatmap(big, x, 24, m, cell, viridis, lab, `${STACK_NAMES[stack]}, layer ${l}, head ${h}`);
@@ -210,7 +214,8 @@
   // -- queries and keys: for one head and one query, q * k per key, its sum, the scale, the softmax ----------------
   function renderQK(sec, stack, layer) {
     const lab = labels(stack), s = S[stack], H = s.q.shape[1];
-    const heads = select(sec, "head", [...Array(H).keys()].map(h => [h, h]), e => { state.head = +e.target.value; render(); });
+    const heads = select(sec, "head", [...Array(H).keys()].map(h => [h, h]), e => {
+      state.head = +e.target.value; render(); });
     const query = select(sec, " query token", lab.rows.map((t, i) => [i, `${i}: ${t}`]), e => {
       state.query = +e.target.value; render(); });
     heads.value = state.head = Math.min(state.head, H - 1);
@@ -233,17 +238,20 @@
     const svg = el("svg", {id: "qk-svg", class: "figure", xmlns: SVGNS, width: cols[4] + 110,
       height: 60 + rows.length * 16, "font-family": "sans-serif", "font-size": 12}, sec);
     el("rect", {width: cols[4] + 110, height: 60 + rows.length * 16, fill: "#fff"}, svg);
-    el("text", {x: 4, y: 16}, svg, `query "${lab.rows[i]}" (position ${i}), head ${state.head}, ${STACK_NAMES[stack]}, layer ${layer}`);
+    el("text", {x: 4, y: 16}, svg,
+      `query "${lab.rows[i]}" (position ${i}), head ${state.head}, ${STACK_NAMES[stack]}, layer ${layer}`);
     ["q ∘ k, per dimension", "sum", "× scale", "softmax", "model's A"].forEach((t, c) =>
       el("text", {x: c ? cols[c - 1] : x0, y: 40}, svg, t));
     rows.forEach((r, j) => {
       const y = 50 + j * 16;
       el("text", {x: x0 - 4, y: y + 11, "text-anchor": "end"}, svg, lab.cols[j]);
-      r.prod.forEach((p, d) => el("rect", {x: x0 + d * cell, y, width: cell, height: 14, fill: diverging(p / big)}, svg));
+      r.prod.forEach((p, d) =>
+        el("rect", {x: x0 + d * cell, y, width: cell, height: 14, fill: diverging(p / big)}, svg));
       const weight = r.allowed ? Math.exp(r.scaled - best) / total : 0;
       [r.score.toFixed(3), r.scaled.toFixed(3), r.allowed ? weight.toFixed(4) : "masked", a.get(i, j).toFixed(4)]
         .forEach((t, c) => el("text", {x: cols[c], y: y + 11, class: c === 3 ? "model-weight" : ""}, svg, t));
-      el("rect", {x: cols[4] + 50, y: y + 2, width: 60 * a.get(i, j), height: 10, fill: HEAD_COLOURS[state.head % 16]}, svg);
+      el("rect", {x: cols[4] + 50, y: y + 2, width: 60 * a.get(i, j), height: 10,
+        fill: HEAD_COLOURS[state.head % 16]}, svg);
     });
   }
 
@@ -267,7 +275,8 @@
     ctx.canvas.id = "gradient-canvas";
     for (let h = 0; h < H; h++) {
       const m = matrix(t, layer, h), x = x0 + (h % per) * w, y = h0 + Math.floor(h / per) * hh;
-      heatmap(ctx, x, y, m, cell, v => diverging(v / peak), cell >= 7 ? {rows: h % per ? [] : lab.rows, cols: lab.cols} : null,
+      const shown = cell >= 7 ? {rows: h % per ? [] : lab.rows, cols: lab.cols} : null;   // labels when they fit
+      heatmap(ctx, x, y, m, cell, v => diverging(v / peak), shown,
         `head ${h}: share ${(100 * S[stack].share[layer][h] / all).toFixed(1)}%`);
     }
     ctx.fillStyle = "#222"; ctx.textAlign = "left";
@@ -288,9 +297,11 @@
   function renderDecoding(sec, stack, layer) {
     const dec = D.decoding, cross = unpackOnce(), L = cross.shape[0], H = cross.shape[1];
     const l = Math.min(layer, L - 1);
-    el("p", {class: "help"}, sec, `${dec.method}: log P(output) = ${dec.log_p.toFixed(3)}, score ${dec.score.toFixed(3)}` +
+    el("p", {class: "help"}, sec, `${dec.method}: log P(output) = ${dec.log_p.toFixed(3)}, ` +
+      `score ${dec.score.toFixed(3)}` +
       ` (log P over the length penalty). Each row: the token chosen at that step and its probability, the ` +
-      `cross-attention of layer ${l} on the source at that step, and the ${dec.steps[0].top.length} most probable tokens.`);
+      `cross-attention of layer ${l} on the source at that step, and the ${dec.steps[0].top.length} most probable ` +
+      "tokens.");
     const pick = select(sec, "heads", [[-1, "mean of the heads"], ...[...Array(H).keys()].map(h => [h, `head ${h}`])],
       e => { state.decodeHead = +e.target.value; render(); });
     pick.value = state.decodeHead;
@@ -307,7 +318,8 @@
       ctx.fillText(`${t}`, 24, y + 13);
       ctx.fillText(`${s.token} ${s.p.toFixed(2)}`, x0 - 6, y + 13);
       ctx.textAlign = "left";
-      ctx.fillText(s.top.map(([tok, p]) => `${tok} ${p.toFixed(2)}`).join("   "), x0 + D.src.length * cell + 10, y + 13);
+      const top = s.top.map(([tok, p]) => `${tok} ${p.toFixed(2)}`).join("   ");
+      ctx.fillText(top, x0 + D.src.length * cell + 10, y + 13);
     });
     ctx.textAlign = "left";
     D.src.forEach((tok, j) => {
@@ -325,11 +337,13 @@
       "the positional encodings added to the embeddings of its positions (blue negative, red positive).");
     const pad = matrix(S.encoder.mask), self = matrix(S.decoder_self.mask), T = self.rows;
     const cell = Math.max(6, Math.min(16, 400 / Math.max(T, pad.cols)));
-    const panels = [["source padding (encoder, cross)", {rows: 1, cols: pad.cols, get: (_, j) => pad.get(0, j)},
-      {rows: ["all"], cols: D.src}], ["subsequent", {rows: T, cols: T, get: (i, j) => +(j <= i)},
-      {rows: D.tgt_in, cols: D.tgt_in}], ["decoder self: padding and subsequent", self, {rows: D.tgt_in, cols: D.tgt_in}]];
-    const x0 = longest(D.tgt_in), lab = longest(D.src.concat(D.tgt_in)), ctx = canvas(sec, 3 * (x0 + Math.max(T, pad.cols) *
-      cell + 30), 40 + Math.max(T, 1) * cell + lab);
+    const target = {rows: D.tgt_in, cols: D.tgt_in}, panels = [
+      ["source padding (encoder, cross)", {rows: 1, cols: pad.cols, get: (_, j) => pad.get(0, j)}, {rows: ["all"],
+        cols: D.src}],
+      ["subsequent", {rows: T, cols: T, get: (i, j) => +(j <= i)}, target],
+      ["decoder self: padding and subsequent", self, target]];
+    const x0 = longest(D.tgt_in), lab = longest(D.src.concat(D.tgt_in));
+    const ctx = canvas(sec, 3 * (x0 + Math.max(T, pad.cols) * cell + 30), 40 + Math.max(T, 1) * cell + lab);
     ctx.canvas.id = "masks-canvas";
     let x = x0;
     panels.forEach(([title, m, l]) => {

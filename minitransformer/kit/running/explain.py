@@ -69,14 +69,15 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     them until its backward) and dL/dA. Parameter gradients are put back as they were."""
     grads = [p.grad.copy() for p in model.parameters()]
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
-    seen = {name: [(a.attn[0], a._cache.q[0], a._cache.k[0], a._cache.scale) for a in cores]
+    host = backend.to_numpy
+    seen = {name: [(host(a.attn[0]), host(a._cache.q[0]), host(a._cache.k[0]), a._cache.scale) for a in cores]
             for name, cores in _stacks(model).items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
     model.backward(loss_fn.backward())
     for p, g in zip(model.parameters(), grads):
         p.grad[...] = g
-    layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": core.dattn[0]}
+    layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
                      for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
     return loss, backend.to_numpy(logits[0]), layers
 
@@ -116,6 +117,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     src_label, tgt_label = _labeller(src_tok, c), _labeller(tgt_tok, c)
     src = _ids(owner, "src", src, src_tok, c.src_vocab_size)
     limit = min(MAX_TOKENS, c.max_len)
+    given = None if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
     notes = [f"the source has {len(src)} tokens: the first {limit} are shown"] if len(src) > limit else []
     src = src[:limit]
     was_training = model.training
@@ -127,32 +129,33 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
         ended = len(hyp) < limit - 1
         if not ended:
             notes.append(f"the output was cut at {limit - 1} tokens")
-        target = hyp if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
+        target = hyp if given is None else given
         tgt_in, tgt_out = [c.bos_id] + target, target + [c.eos_id]
         loss, logits, layers = _forward_backward(model, src, tgt_in, tgt_out)
         cross = None                                   # the output's own pass: the decoding is the page's stacks
-        if tgt is not None:                            # the output, teacher-forced: the rows decoding saw
+        if given is not None:                          # the output, teacher-forced: the rows decoding saw
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
             cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
         steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam_size, alpha,
                           tgt_label)
     finally:
         model.train(was_training)
-    masks = {"encoder": model.src_mask(numpy.asarray([src]))[0, 0], "decoder_cross": model.src_mask(
-        numpy.asarray([src]))[0, 0], "decoder_self": model.tgt_mask(numpy.asarray([tgt_in]))[0, 0]}
+    padding = backend.to_numpy(model.src_mask(numpy.asarray([src]))[0, 0])                  # (1,S)
+    masks = {"encoder": padding, "decoder_cross": padding,
+             "decoder_self": backend.to_numpy(model.tgt_mask(numpy.asarray([tgt_in]))[0, 0])}   # (T,T)
+    sizes = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "positional")
     data = {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
-            "target": "the model's own output" if tgt is None else "the given target", "loss": loss, "notes": notes,
-            "config": {k: getattr(c, k) for k in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
-                                                 "positional")} | {"d_k": layers["encoder"][0]["q"].shape[-1]},
+            "target": "the model's own output" if given is None else "the given target", "loss": loss,
+            "notes": notes, "config": {k: getattr(c, k) for k in sizes},
             "tier": "fast" if ".fast." in type(model).__module__ else "core",
             "decoding": steps, "output_ids": hyp, "stacks": {}}
     for name in STACKS:
         maps = layers[name]
         share = numpy.stack([numpy.abs((m["attn"] * m["dattn"]).sum(axis=(1, 2))) for m in maps])   # (L,H)
         data["stacks"][name] = {
-            "mask": _pack(numpy.broadcast_to(backend.to_numpy(masks[name]), maps[0]["attn"].shape[1:])),
-            "share": share.tolist(), "scale": float(maps[0]["scale"]), **{key: _pack(numpy.stack([backend.to_numpy(m[key]) for m in maps]))
-                                        for key in ("attn", "dattn", "q", "k")}}            # (L,H,Tq,Tk), (L,H,T,Dk)
+            "mask": _pack(numpy.broadcast_to(masks[name], maps[0]["attn"].shape[1:])),    # (Tq,Tk)
+            "share": share.tolist(), "scale": float(maps[0]["scale"]),
+            **{key: _pack(numpy.stack([m[key] for m in maps])) for key in ("attn", "dattn", "q", "k")}}  # (L,H,T,..)
     positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
     data["pe"] = _pack(positions[: max(len(src), len(tgt_in))])                              # (T,D)
     return data
@@ -163,9 +166,10 @@ def page(data: dict) -> str:
     payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")    # no "</script>" inside
     style, script = (HERE / "explain.css").read_text("utf-8"), (HERE / "explain.js").read_text("utf-8")
     title = html.escape(" ".join(data["src"]))
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>explain: {title}</title>"
-            f"<style>{style}</style></head><body><script type=\"application/json\" id=\"explain-data\">{payload}"
-            f"</script><script>{script}</script></body></html>\n")
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
+            f"<title>explain: {title}</title><style>{style}</style></head><body>"
+            f"<script type=\"application/json\" id=\"explain-data\">{payload}</script>"
+            f"<script>{script}</script></body></html>\n")
 
 
 class Explanation:
