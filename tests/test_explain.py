@@ -4,6 +4,7 @@ central finite differences in float64), for the core and the fast tier; long inp
 names nothing outside itself; bad arguments are one clear error. The browser tests are in test_explain_browser.py."""
 
 import base64
+import json
 import re
 
 import fakecupy
@@ -233,6 +234,25 @@ def test_explain_command_writes_the_page(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["explain", "--checkpoint", str(out), "4 5", "--beam-size", "0"])
     assert exit_.value.code == 2 and "--beam-size" in capsys.readouterr().err
+
+
+def test_explain_command_reads_a_sentence_as_translate_does(tmp_path, capsys):
+    out = tmp_path / "toy"
+    assert main(["train", "--task", "toy", "--steps", "2", "--limit", "3", "--out", str(out), "--d-model", "16",
+                 "--heads", "2", "--layers", "1", "--d-ff", "24", "--no-progress"]) == 0
+    written = (out / "explain.html").read_text("utf-8")                  # a held-out sentence, in words
+    assert '"src":["' in written and '"tier":"fast"' in written
+    capsys.readouterr()
+    page = tmp_path / "dog.html"
+    assert main(["explain", "--checkpoint", str(out), "The small dog sees the computer.", "--out", str(page),
+                 "--target", "der kleine hund sieht den ball ."]) == 0
+    printed = capsys.readouterr()
+    assert "read as <unk>): computer" in printed.err and f"wrote {page}" in printed.out
+    data = json.loads(page.read_text("utf-8").split('id="explain-data">')[1].split("</script>")[0])
+    assert data["src"] == ["the", "small", "dog", "sees", "the", "<unk>", "."]
+    assert data["tgt_out"] == ["der", "kleine", "hund", "sieht", "den", "ball", ".", "<eos>"]
+    assert main(["explain", "--checkpoint", str(out), "  "]) == 2
+    assert "give a sentence to explain" in capsys.readouterr().err
 
 
 def test_a_model_on_the_device_gives_the_same_page(float64):

@@ -10,7 +10,7 @@ What the page gets, for (src, tgt) with tgt the model's own output unless given:
     the decoding, step by step (greedy, or the beam's best hypothesis and its score), with the next-token
     probabilities and each step's cross-attention;
     the positional encodings of the positions used.
-Arrays travel as base64 float32 (exact, a third the size of decimal text). Past MAX_TOKENS tokens a side, the input
+Arrays travel as base64 float32 (exact, and under half the size of the same numbers written out). Past MAX_TOKENS tokens a side, the input
 is cut and the page says so: the views draw T x T maps, which would grow past what a browser draws at once.
 """
 
