@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy
 
-from minitransformer import backend, checks, decoding
+from minitransformer import backend, checks, decoding, fast
 from minitransformer.kit.running.files import atomic_write
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer
@@ -147,7 +147,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     data = {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
             "target": "the model's own output" if given is None else "the given target", "loss": loss,
             "notes": notes, "config": {k: getattr(c, k) for k in sizes},
-            "tier": "fast" if ".fast." in type(model).__module__ else "core",
+            "tier": "fast" if isinstance(model, fast.Transformer) else "core",
             "decoding": steps, "output_ids": hyp, "stacks": {}}
     for name in STACKS:
         maps = layers[name]
