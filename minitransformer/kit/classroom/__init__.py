@@ -1,8 +1,2 @@
-"""The classroom: assignments made from the core (maker.make), graded by gradient checks that name the mistake
-(grader.grade); ``classroom list | bugs`` print EXERCISES and CATALOGUE."""
-
-from .exercises import CATALOGUE, EXERCISES, PARTS, TRAIN, Mistake, build, choose
-from .grader import grade
-from .maker import make
-
-__all__ = ["CATALOGUE", "EXERCISES", "PARTS", "TRAIN", "Mistake", "build", "choose", "grade", "make"]
+"""The classroom: assignments made from the core (``maker.make``), graded in a sandbox by checks that name the
+mistake (``grader.grade``); ``exercises`` holds the exercises and the catalogue of mistakes."""

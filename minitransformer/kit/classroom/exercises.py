@@ -66,13 +66,15 @@ class Mistake:
     patches: tuple          # ((old, new), ...): the first old text found once in one of the exercise's methods
     says: str               # the diagnosis, addressed to the student
     harmless: str = ""      # for a mistake no gradient check can see: why it does no harm
+    fix: str = ""           # how to put it right, shown when the teacher chooses diagnoses="fix"
 
     @property
     def visible(self) -> bool:
         return not self.harmless
 
 
-CATALOGUE = [Mistake(row["name"], m["name"], tuple(map(tuple, m["patches"])), m.get("says", ""), m.get("harmless", ""))
+CATALOGUE = [Mistake(row["name"], m["name"], tuple(map(tuple, m["patches"])), m.get("says", ""), m.get("harmless", ""),
+                     m.get("fix", ""))
              for row in TABLE["exercises"] for m in row["mistakes"]]
 
 
@@ -93,7 +95,7 @@ def build(mistake: Mistake) -> dict:
 
 def catalogue_text() -> str:
     """The catalogue as `minitransformer classroom bugs` prints it."""
-    lines = [f"{m.exercise:<14} {m.name}\n{'':<14} " + (m.says or m.harmless.replace(
+    lines = [f"{m.exercise:<14} {m.name}\n{'':<14} " + (m.says and f"{m.says} (the fix: {m.fix})" or m.harmless.replace(
              "harmless:", "invisible to a gradient check, and harmless:")) for m in CATALOGUE]
     return "\n".join(lines) + (f"\n{sum(m.visible for m in CATALOGUE)} mistakes a gradient check names, "
                                f"{sum(not m.visible for m in CATALOGUE)} it cannot see, over "

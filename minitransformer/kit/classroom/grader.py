@@ -1,135 +1,130 @@
-"""Grading an assignment, one exercise at a time, each in a process of its own with a time limit.
+"""Grading a student's files, one exercise at a time, each in a sandbox of its own (sandbox.py, harness.py).
 
-The methods an exercise names go on a subclass of the reference class and the rest of the model stays the
-reference, so one mistake costs one exercise. On each case (cases.py), in float64: the forward against the
-reference; the backward (.grad pre-filled, so "=" for "+=" shows) against the reference and central differences;
-on a failure, the exercise's catalogue mutants on the same inputs, to name the mistake."""
+The student's code runs where the reference cannot be reached: a fresh interpreter, a copy of the core in which the
+exercise graded is a stub, `minitransformer` refused, and when the grader is root a user of its own that cannot read
+the package, signal the grader or write outside its folder. The methods an exercise names go on a subclass of the
+core's class there, so one mistake costs one exercise. What comes back is data (JSON and arrays of known shapes);
+the verdict is computed here, against the reference's tensors computed here, on the public cases (check.py's) and
+on hidden ones drawn from the teacher's seed: the forward, the backward (.grad pre-filled, so "=" for "+=" shows),
+and on a failure the exercise's catalogue mutants on the same inputs, to name the mistake."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import importlib
+import ast
 import inspect
-import io
+import subprocess
 import json
-import multiprocessing.connection
-import sys
+import secrets
+import shutil
+import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import numpy
 
-from minitransformer import backend, gradcheck
+import minitransformer
+from minitransformer import backend
 
-from . import train_copy
-from .cases import cases
+from . import sandbox, train_copy
+from .cases import Failed, prepare, run
 from .exercises import CATALOGUE, EXERCISES, TRAIN, build
+from .maker import PACKAGE, core_files, stub
 
-PACKAGE = "transformer"      # DIR/transformer/: the student's copy of the core
 MATCH = 1e-6                 # relative agreement with the reference (a pass) or with a mistake (a diagnosis)
-FD_ENTRIES = 12              # entries per tensor checked by central differences (the reference check sees all)
 LEARNS = 0.9                 # exact match on new strings that counts as learning the copy task
-
-
-class Failed(Exception):
-    """A one-line reason an exercise fails."""
-
-
-def describe(err: BaseException, root: str = "") -> str:
-    """'ValueError: ... (layers/linear.py line 47)': the error's first line and, given the student's folder (root),
-    the last line of their code it passed through; a Failed is its reason, a stub's NotImplementedError work not
-    written yet."""
-    if isinstance(err, Failed):
-        return str(err)
-    if isinstance(err, NotImplementedError):
-        return f"not written yet ({err})"
-    text = (str(err).strip().splitlines() or [""])[0]
-    where = [f for f in traceback.extract_tb(err.__traceback__) if root and f.filename.startswith(root)]
-    place = f" ({Path(where[-1].filename).relative_to(root)} line {where[-1].lineno})" if where else ""
-    return f"{type(err).__name__}: {text.replace(f'{root}/', '') if root else text}"[:300] + place
+STUDENT_BYTES = 16 << 20     # the most a submission's files may hold
+HERE = Path(__file__).parent
+IDENTICAL = "identical to the reference solution"
 
 
 def failed(reason: str, forward: str = "FAIL") -> dict:         # an exercise that fails for one reason
     return {"forward": forward, "backward": "FAIL", "diagnosis": reason, "output": reason}
 
 
-def load(exercise, package_dir: Path) -> dict:
-    """{reference class: its subclass carrying the student's methods} for the exercise's targets."""
-    subs = {}
-    for file, reference, _, names in exercise.methods():
-        path = package_dir / file
-        # The student's file runs as a sibling of the reference module: its relative imports reach the reference.
-        namespace = {"__name__": f"{PACKAGE}.{file[:-3].replace('/', '.')}", "__file__": str(path),
-                     "__package__": reference.__module__.rpartition(".")[0]}
-        try:
-            exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
-        except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
-            raise Failed(f"{file} does not load: {describe(err, str(package_dir))}") from None
-        mine = namespace.get(reference.__name__)
-        if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
-            raise Failed(f"{file}: class {reference.__name__} with the methods {', '.join(names)} is missing")
-        own = {n: v for n, v in vars(mine).items() if n in names or callable(v) and not hasattr(reference, n)}
-        subs[reference] = type(reference.__name__, (reference,), own)     # the methods, and helpers of their own
-    return subs
+def copy_files(source: Path, target: Path, files=None) -> None:
+    """Copy the student's files (the .py files under source, or those named) as plain files: a link is refused,
+    never followed, so no file outside the submission comes in under a student's name."""
+    names = files or sorted(p.relative_to(source).as_posix() for p in source.rglob("*.py"))
+    if sum((source / n).lstat().st_size for n in names if (source / n).exists()) > STUDENT_BYTES:
+        raise Failed(f"the submission holds more than {STUDENT_BYTES >> 20} MB of Python files")
+    for name in names:
+        path = source / name
+        if any(p.is_symlink() for p in [path, *path.parents][:len(Path(name).parts) + 1]):
+            raise Failed(f"{name} is a link: hand in the file itself")
+        if not path.is_file():
+            raise Failed(f"{name} is missing from the submission")
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target / name)
 
 
-def swap(module, subs: dict):
-    """The module with every part whose class is in subs switched to its subclass (the loss inside a wrapper too)."""
-    for m in module.modules():
-        for part in (m, getattr(m, "loss_fn", None)):
-            if type(part) in subs:
-                part.__class__ = subs[type(part)]
-    return module
+def core(target: Path, exercise) -> None:
+    """The core as `make` hands it out, with the exercise's methods stubbed: the package the student's code runs in."""
+    for file, source in core_files().items():
+        (target / PACKAGE / file).parent.mkdir(parents=True, exist_ok=True)
+        (target / PACKAGE / file).write_text(stub(source, file, [exercise], False))
 
 
-def run(module, inputs, subs, trial, root="") -> dict:
-    """One forward and one backward of a copy of module with subs swapped in, as trial fixes them (rng states,
-    dout, pre-filled .grad). Returns the tensors {name: array}, or {"error": (stage, text)}."""
-    m = swap(copy.deepcopy(module), subs)
-    names = list(inspect.signature(type(module).forward).parameters)[1:]
-    xs = [x.copy() if isinstance(x, numpy.ndarray) else x for x in inputs]
+def normalised(source: str, cls_name: str, names) -> list:
+    """The methods' bodies as syntax trees with docstrings dropped and local names numbered in order of use."""
+    classes = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls_name]
+    bodies = []
+    for fn in [f for c in classes[-1:] for f in c.body if isinstance(f, ast.FunctionDef) and f.name in names]:
+        seen = {}
+        for node in ast.walk(fn):
+            for field in ("id", "arg"):
+                if isinstance(node, (ast.Name, ast.arg)) and hasattr(node, field):
+                    setattr(node, field, seen.setdefault(getattr(node, field), f"v{len(seen)}"))
+        body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+        bodies.append((fn.name, [ast.dump(b, annotate_fields=False) for b in body]))
+    return sorted(bodies)
 
-    def check(stage, labels, values, shapes):     # the inputs left as they came, each value an array of its shape
-        for name, x, y in zip(names, xs, inputs):
-            if isinstance(y, numpy.ndarray) and not numpy.array_equal(x, y):
-                raise Failed(f"{stage} changed the input {name} in place (the caller still holds it)")
-        for label, value, shape in zip(labels, values, shapes):
-            if shape and (not isinstance(value, numpy.ndarray) or value.shape != shape):
-                got = getattr(value, "shape", type(value).__name__)
-                raise Failed(f"{stage} returned {got} for {label}, expected an array of shape {shape}")
 
-    stage = "forward"
+def text(student: Path, file: str) -> str:
+    """A student's file as text, read as a plain file (no link, no pipe), or '' if it is not one."""
+    return (sandbox.read(student / Path(file).parent, Path(file).name, STUDENT_BYTES) or b"").decode()
+
+
+def identical(exercise, student: Path) -> bool:
+    """Whether the student's methods are the reference's own code, token for token after names and comments."""
     try:
-        backend.set_rng_state(trial["before"])
-        out = m(*xs)
-        check(stage, ["out"], [out], [trial["out_shape"]])
-        tensors, stage = {"out": out.copy()}, "backward"
-        backend.set_rng_state(trial.setdefault("after", backend.get_rng_state()))
-        for name, p in m.named_parameters():
-            p.grad[...] = trial["grad"][name]
-        dout = trial["dout"].copy()
-        grads = m.backward(dout)
-        if not numpy.array_equal(dout, trial["dout"]):
-            raise Failed("backward changed dout in place (write dout * 2, not dout *= 2: the caller still needs it)")
-        floats = [x.shape if isinstance(x, numpy.ndarray) and x.dtype.kind == "f" else None for x in inputs]
-        grads = [*(grads if isinstance(grads, (tuple, list)) else [grads]), *[None] * len(names)]
-        check(stage, [f"d{name}" for name in names], grads, floats)
-        unused = [name or "the module" for name, part in m.named_modules()
-                  if part._cache is not None or getattr(getattr(part, "loss_fn", None), "cache", None) is not None]
-        if unused:      # the next forward in training would raise: each forward is followed by one backward
-            raise Failed(f"backward left the forward's cache of {unused[0]} unused (each backward takes it back "
-                         "once)")
-        tensors.update((f"d{name}", g.copy()) for name, g, shape in zip(names, grads, floats) if shape)
-        tensors.update((f"{name}.grad", p.grad.copy()) for name, p in m.named_parameters())
-        bad = [n for n, t in tensors.items() if not numpy.isfinite(t).all()]
-        if bad:
-            raise Failed(f"{stage} gave NaN or inf in {bad[0]}")
-        return tensors
-    except Exception as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise
-        # The message alone is compared with the mistakes', the student reads where it came from.
-        return {"error": (stage, describe(err)), "shown": describe(err, root)}
+        return all(normalised(text(student, file), cls.__name__, names) ==
+                   normalised(inspect.getsource(inspect.getmodule(cls)), cls.__name__, names)
+                   for file, cls, _, names in exercise.methods())
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, UnicodeDecodeError):
+        return False
+
+
+def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid) -> dict:
+    """Compute the reference on the cases of each seed (the first public), then start the student's process."""
+    job = {"exercise": exercise, "folder": folder, "seeds": list(seeds), "runs": []}
+    folder.mkdir()
+    shutil.copyfile(HERE / "harness.py", folder / "harness.py")
+    try:
+        if exercise is TRAIN:
+            copy_files(student, folder / PACKAGE)
+            shutil.copyfile(HERE / "train_copy.py", folder / "train_copy.py")
+            spec = {"exercise": "train", "seed": job["seeds"][-1]}
+        else:
+            targets = [(file, cls.__name__, names) for file, cls, _, names in exercise.methods()]
+            copy_files(student, folder / "student", sorted({t[0] for t in targets}))
+            core(folder, exercise)
+            backend.set_backend("numpy")           # the grader's checks read host arrays
+            backend.set_default_dtype("float64")
+            given = []
+            for seed in job["seeds"]:
+                built = prepare(minitransformer, exercise.name, seed)
+                job["runs"] += [(*case, run(backend, *case[1:3], {}, case[3])) for case in built]
+                given.append({"seed": seed, "given": [{k: t[k] for k in ("before", "after", "out_shape")}
+                                                      for *_, t in built]})
+            spec = {"exercise": exercise.name, "targets": targets, "runs": given}
+    except (Failed, OSError) as err:                # the submission's files, as they came
+        job["result"] = failed(str(err) if isinstance(err, Failed) else f"the submission's files cannot be read "
+                               f"({type(err).__name__}: {err.strerror})", "-" if exercise is TRAIN else "FAIL")
+        return job
+    shutil.copyfile(HERE / "cases.py", folder / "cases.py")
+    job["process"], job["printed"] = sandbox.start(folder, spec, uid)
+    job["uid"], job["limit"], job["deadline"] = uid, time_limit, time.monotonic() + time_limit
+    return job
 
 
 def differs(mine: dict, expected: dict, only=None):
@@ -149,133 +144,170 @@ def same(a: dict, b: dict) -> bool:
     return a.get("error") == b.get("error") and ("error" in a or differs(a, b) is None)
 
 
-def grade_exercise(exercise, package_dir: Path, seed: int, entries: int = FD_ENTRIES) -> dict:
-    """{forward, backward, diagnosis, output} for one exercise; passes when every case agrees everywhere.
-    entries: how many entries per tensor the central differences check (the reference sees every entry)."""
-    subs = load(exercise, package_dir)     # a file that does not load raises Failed: the exercise fails
+def received(job: dict, got: dict) -> list:
+    """The student's result per case, read as data: {tensor: array} of the reference's names and shapes, or
+    {"error": (stage, text), "shown": text, "type": name}."""
+    mines = []
+    for k, (*_, reference) in enumerate(job["runs"]):
+        case = got["cases"][k] if isinstance(got.get("cases"), list) and k < len(got["cases"]) else None
+        error = case.get("error") if isinstance(case, dict) else None
+        if isinstance(error, list) and len(error) == 2 and all(isinstance(e, str) for e in error):
+            mines.append({"error": (error[0][:20], error[1][:300]), "shown": str(case.get("shown", ""))[:400],
+                          "type": str(case.get("type", ""))[:40]})
+            continue
+        mine = {n: sandbox.array(job["folder"] / "out", f"{k}-{n}", r.shape) for n, r in reference.items()}
+        if case is None or any(v is None for v in mine.values()):
+            missing = next((n for n, v in mine.items() if v is None), "its result")
+            raise Failed(f"no result for case {k + 1}: {missing} missing, or not an array of the expected shape")
+        mines.append(mine)
+    return mines
+
+
+def judge(job: dict, got: dict, diagnoses: str) -> dict:
+    """{forward, backward, diagnosis, output} from the student's data: passes when every case agrees everywhere."""
+    exercise, public = job["exercise"], len(job["runs"]) // len(job["seeds"])
+    if "failed" in got:
+        return failed(str(got["failed"])[:400])
     forward = "ok" if exercise.targets[0][2] == "forward" else "given"
-    backend.set_backend("numpy")           # the grader's checks read host arrays
-    backend.set_default_dtype("float64")
-    backend.manual_seed(seed)
-    rng = numpy.random.default_rng([seed, 1])
-    runs = []                      # (label, module, inputs, trial, the reference's tensors, the student's)
-    for label, module, inputs in cases(importlib.import_module("minitransformer"), exercise.name, rng):
-        trial = {"before": backend.get_rng_state(), "out_shape": module.forward(*inputs).shape}
-        module.clear_caches()
-        trial.update(dout=rng.standard_normal(trial["out_shape"]),
-                     grad={n: rng.standard_normal(p.data.shape) for n, p in module.named_parameters()})
-        runs.append((label, module, inputs, trial, run(module, inputs, {}, trial),
-                     run(module, inputs, subs, trial, str(package_dir))))
-    for label, module, inputs, trial, reference, mine in runs:
+    mines = received(job, got)
+    for k, ((label, module, inputs, trial, reference), mine) in enumerate(zip(job["runs"], mines)):
+        hidden = k >= public                  # what the student reads never holds the hidden inputs
         stage, reason = mine.get("error", (None, None))
-        reason, table = mine.get("shown", reason), ""
+        reason = f"{stage} raised {mine['type'] or 'an error'}" if stage and hidden else mine.get("shown", reason)
         worst = stage is None and (differs(mine, reference, only=("out",)) or differs(mine, reference))
         if worst:
             stage = "forward" if worst[0] == "out" else "backward"
-            reason = "{}{}: yours {:.6g}, expected {:.6g} (relative error {:.1e})".format(*worst)
-        if stage is None:
-            backend.set_rng_state(trial["before"])
-            report = gradcheck.check(swap(copy.deepcopy(module), subs), *inputs, max_entries=entries, seed=seed)
-            if not report.ok:
-                stage, table = "backward", report.table()
-                reason = "central differences disagree: " + "; ".join(r.name + r.worst_entry()
-                                                                        for r in report.failures())
+            reason = ("{}{}: relative error {:.1e}".format(worst[0], worst[1], worst[4]) if hidden else
+                      "{}{}: yours {:.6g}, expected {:.6g} (relative error {:.1e})".format(*worst))
         if stage is None:
             continue
         # A mistake is named when it gives what the student's code gives (tensors or error) on every case.
-        named = next((m.says for m in CATALOGUE if m.exercise == exercise.name and m.visible and
-                      all(same(r[5], run(r[1], r[2], build(m), r[3])) for r in runs)), None)
-        output = [f"case '{label}': {stage} fails: {reason}", named and f"this looks like: {named}", table]
+        named = next((m for m in CATALOGUE if m.exercise == exercise.name and m.visible and
+                      all(same(mn, run(backend, r[1], r[2], build(m), r[3])) for r, mn in zip(job["runs"], mines))),
+                     None)
+        says = named and named.says + (f"; the fix: {named.fix}" if diagnoses == "fix" and named.fix else "")
+        where = f"case '{label}'" + (", hidden inputs" if hidden else "")
+        output = [f"{where}: {stage} fails: {reason}", says and f"this looks like: {says}"]
         return {"forward": "FAIL" if stage == "forward" else forward, "backward": "FAIL",
-                "diagnosis": named or reason, "output": "\n".join(filter(None, output))}
+                "diagnosis": says or reason, "output": "\n".join(filter(None, output))}
     return {"forward": forward, "backward": "ok", "diagnosis": "",
-            "output": "every case agrees with the reference and with central differences"}
+            "output": f"every case agrees with the reference ({public} public, {len(mines) - public} hidden)"}
 
 
-def grade_training(package_dir: Path, seed: int) -> dict:
-    """Part 3's finale: the copy task, trained with the student's whole package."""
-    sys.path.insert(0, str(package_dir.parent))
-    figures = train_copy.train(importlib.import_module(PACKAGE), seed=seed, log=lambda line: None)
-    learned = figures["exact_match"] >= LEARNS
-    text = (f"{'learned' if learned else 'did not learn'}: exact match {figures['exact_match']:.0%} on 100 new "
-            f"strings (needs {LEARNS:.0%}), loss {figures['first_loss']:.2f} -> {figures['final_loss']:.3f}")
-    return {"forward": "-", "backward": "ok", "diagnosis": "", "output": text} if learned else failed(text, "-")
+def judge_training(job: dict, got: dict) -> dict:
+    """Part 3's finale: the weights the student's package trained, copied into the reference model and asked to
+    copy 100 new strings here."""
+    if "failed" in got:
+        return failed(str(got["failed"])[:400], "-")
+    backend.set_default_dtype("float64")
+    model = minitransformer.Transformer(train_copy.config(minitransformer))
+    state = {n: sandbox.array(job["folder"] / "out", n, a.shape) for n, a in model.state_dict().items()}
+    if any(a is None for a in state.values()):
+        return failed("the training run gave back no model of the copy task's shapes", "-")
+    model.load_state_dict(state)
+    exact = train_copy.exact_match(minitransformer, model, job["seeds"][-1])
+    figures = got.get("figures") if isinstance(got.get("figures"), dict) else {}
+    losses = [f"{figures[k]:.3f}" if isinstance(figures.get(k), float) else "?" for k in ("first_loss", "final_loss")]
+    text = (f"{'learned' if exact >= LEARNS else 'did not learn'}: exact match {exact:.0%} on 100 new strings "
+            f"(needs {LEARNS:.0%}), loss {losses[0]} -> {losses[1]}")
+    return {"forward": "-", "backward": "ok", "diagnosis": "", "output": text} if exact >= LEARNS else failed(text, "-")
 
 
-def _child(conn, name: str, package_dir: str, seed: int) -> None:
-    """One exercise in a process of its own: its printouts are caught, its result sent back."""
-    from minitransformer.fast.threads import set_blas_threads
-
-    set_blas_threads(1)            # two exercises at a time on two cores, each with one BLAS thread
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+def finish(job: dict, diagnoses: str, timed_out: bool) -> dict:
+    """The exercise's result once its process has ended or run out of time; the sandbox cleared."""
+    if "result" in job:
+        return job["result"]
+    process, printed = job["process"], job["printed"]
+    sandbox.stop(process, job["uid"])
+    note = sandbox.printed(printed)
+    printed.close()
+    train = job["exercise"] is TRAIN
+    if timed_out:
+        result = failed(f"stopped after {job['limit']:g} s: an infinite loop, or far too slow (a numerical "
+                        "backward?)", "-" if train else "FAIL")
+    else:
+        got = sandbox.result(job["folder"] / "out")
         try:
-            result = grade_training(Path(package_dir), seed) if name == TRAIN.name else \
-                grade_exercise(EXERCISES[name], Path(package_dir), seed)
-        except BaseException as err:  # noqa: BLE001 - whatever a student's code raises costs this exercise only
-            result = failed(describe(err, package_dir), "-" if name == TRAIN.name else "FAIL")
-    lines = printed.getvalue().count("\n")
-    if lines:
-        result["output"] += f"\n(your code printed {lines} line{'s' * (lines != 1)}; printing costs nothing, but " \
-                            "slows a run)"
-    conn.send(result)
+            result = (judge_training(job, got) if train else judge(job, got, diagnoses)) if got else None
+        except Failed as err:
+            result = failed(str(err), "-" if train else "FAIL")
+        code = process.returncode
+        reason = {-25: "wrote more than the output limit", -9: "killed: out of memory, or too many processes"}
+        result = result or failed(f"the exercise's process ended without a result (exit code {code}"
+                                  f"{': ' + reason[code] if code in reason else ''})", "-" if train else "FAIL")
+    if note:
+        result["output"] += f"\n({note})"
+    return result
 
 
-def isolated(names: list, package_dir: Path, seed: int, timeout: float, workers: int) -> dict:
-    """{name: result}, each exercise in a process of its own, `workers` at a time, killed after `timeout` seconds."""
-    # Forking is quick (the reference is imported once) and safe on Linux; elsewhere each child starts afresh.
-    ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    pending, running, results = list(names), {}, {}
-    while pending or running:
-        while pending and len(running) < workers:
-            name = pending.pop(0)
-            receive, send = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_child, args=(send, name, str(package_dir), seed), daemon=True)
-            process.start()
-            send.close()
-            running[name] = (process, receive, time.monotonic() + timeout)
-        multiprocessing.connection.wait([receive for _, receive, _ in running.values()], timeout=0.2)
-        for name, (process, receive, deadline) in list(running.items()):
-            if receive.poll():                 # a result, or the end of a process that died without one
-                with contextlib.suppress(EOFError, OSError):
-                    results[name] = receive.recv()
-            elif time.monotonic() > deadline:
-                process.kill()
-                results[name] = failed(f"stopped after {timeout:g} s: an infinite loop, or far too slow")
-            else:
-                continue
-            process.join(5)
-            if name not in results:
-                results[name] = failed(f"the exercise's process ended without a result (exit code {process.exitcode})")
-            del running[name]
-    return results
+def grade_exercise(exercise, student, seeds=(0,), time_limit: float = 60.0, diagnoses: str = "what") -> dict:
+    """One exercise of the student's files (a folder laid out like transformer/) on the cases of seeds."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
+        job = begin(exercise, Path(student), seeds, Path(root) / "job", time_limit, sandbox.user())
+        if "process" in job:
+            try:
+                job["process"].wait(time_limit)
+            except subprocess.TimeoutExpired:
+                return finish(job, diagnoses, True)
+        return finish(job, diagnoses, False)
 
 
-def grade(directory, seed: int = 0, timeout: float = 30.0, workers: int = 2) -> dict:
-    """Grade the assignment in `directory` (as `classroom make` wrote it): Gradescope's results.json (score,
-    execution_time, output, and tests, each with name, score, max_score, output), plus "scorecard", a table."""
-    directory = Path(directory)
-    manifest = directory / "assignment.json"
-    if not (directory / PACKAGE).is_dir() or not manifest.is_file():
-        raise FileNotFoundError(f"classroom grade: {directory} holds no assignment (expected {PACKAGE}/ and "
-                                f"assignment.json, as `minitransformer classroom make` writes them)")
+def grade(assignment, submission=None, *, seed=None, diagnoses="what", time_limit=None, workers: int = 2) -> dict:
+    """Grade the student's files in `submission` (a folder laid out like transformer/; the assignment's own
+    transformer/ if None) on the exercises of `assignment` (as `classroom make` wrote it), on the public cases and
+    on hidden ones drawn from `seed` (one drawn if None); `diagnoses`: "what" names the mistake and where it is,
+    "fix" adds the fix. Returns Gradescope's results.json (score, execution_time, output, tests, each with name,
+    score, max_score, status, output, visibility), plus "seed", "flags" {exercise: [flag]} and "scorecard"."""
+    assignment = Path(assignment)
+    manifest = assignment / "assignment.json"
+    student = Path(submission) if submission is not None else assignment / PACKAGE
+    if not student.is_dir() or not manifest.is_file():
+        raise FileNotFoundError(f"classroom grade: {assignment} holds no assignment (expected assignment.json, and "
+                                f"the student's files in {student}, as `minitransformer classroom make` writes them)")
     try:
-        exercises = [EXERCISES[n] for n in json.loads(manifest.read_text())["exercises"]]
+        names = json.loads(manifest.read_text())["exercises"]
+        exercises = [EXERCISES[n] for n in names]
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"classroom grade: {manifest} must list known exercises under 'exercises', "
                          f"got {err}") from None
+    if len(set(names)) != len(names):
+        raise ValueError(f"classroom grade: {manifest} lists {next(n for n in names if names.count(n) > 1)} twice; "
+                         "each exercise counts once")
+    if diagnoses not in ("what", "fix"):
+        raise ValueError(f"classroom grade: diagnoses must be 'what' or 'fix', got {diagnoses!r}")
+    seed = secrets.randbelow(10**9) if seed is None else seed         # within what --seed takes
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"classroom grade: seed must be a non-negative int, got {seed!r}")
+    time_limit = 30.0 if time_limit is None else float(time_limit)
     exercises += [TRAIN] if any(e.part == 3 for e in exercises) else []
-    started = time.monotonic()
-    results = isolated([e.name for e in exercises], (directory / PACKAGE).resolve(), seed, timeout, workers)
+    for folder in (Path(minitransformer.__file__).parent, assignment, student):
+        sandbox.lock(folder)
+    started, results = time.monotonic(), {}
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
+        pending, running = list(exercises), []
+        while pending or running:
+            while pending and len(running) < workers:
+                e = pending.pop(0)
+                running.append(begin(e, student, [0, seed], Path(root) / e.name, time_limit, sandbox.user()))
+            time.sleep(0.02)
+            for job in list(running):
+                late = "process" in job and job["process"].poll() is None and time.monotonic() > job["deadline"]
+                if "process" not in job or job["process"].poll() is not None or late:
+                    results[job["exercise"].name] = finish(job, diagnoses, late)
+                    running.remove(job)
+    flags = {e.name: [IDENTICAL] for e in exercises if e is not TRAIN and identical(e, student)}
     head = f"{'exercise':<20} {'part':>4}  {'forward':<7}  {'backward':<8}  {'points':>6}  diagnosis"
     table, tests = [head, "-" * len(head)], []
     for e in exercises:
         r = results[e.name]
         points = e.points if r["backward"] == "ok" and r["forward"] != "FAIL" else 0
+        flag = "".join(f" [{f}]" for f in flags.get(e.name, []))
         table.append(f"{e.name:<20} {e.part:>4}  {r['forward']:<7}  {r['backward']:<8}  {points:>6}  "
-                     f"{r['diagnosis'][:160]}")
+                     f"{r['diagnosis'][:160]}{flag}")
         tests.append({"name": f"part {e.part}: {e.name}", "score": points, "max_score": e.points,
-                      "output": r["output"]})
+                      "status": "passed" if points else "failed", "visibility": "visible",
+                      "output": r["output"] + "".join(f"\nflagged: {f}" for f in flags.get(e.name, []))})
     seconds = time.monotonic() - started
     return {"score": sum(t["score"] for t in tests), "execution_time": round(seconds), "tests": tests,
-            "output": f"graded with seed {seed} in {seconds:.1f} s", "scorecard": "\n".join(table)}
+            "output": f"graded with seed {seed} in {seconds:.1f} s", "seed": seed, "flags": flags,
+            "scorecard": "\n".join(table)}

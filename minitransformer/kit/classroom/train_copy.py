@@ -21,13 +21,26 @@ def batch(rng, size: int, symbols: int, max_len: int):
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
+def config(mt, symbols: int = 6, max_len: int = 6):
+    """A one-layer model of width 32 for strings of symbols up to max_len long."""
+    return mt.TransformerConfig(FIRST + symbols, FIRST + symbols, d_model=32, num_heads=2, num_encoder_layers=1,
+                                num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=max_len + 2)
+
+
+def exact_match(mt, model, seed: int = 0, symbols: int = 6, max_len: int = 6) -> float:
+    """The share of 100 new strings the model copies exactly (greedy decoding)."""
+    model.eval()
+    src, _, tgt_out = batch(numpy.random.default_rng(10_000 + seed), 100, symbols, max_len)
+    hyps = mt.decoding.greedy_decode(model, src)
+    refs = [[int(t) for t in row if t not in (PAD, EOS)] for row in tgt_out]
+    return float(numpy.mean([h == r for h, r in zip(hyps, refs)]))
+
+
 def train(mt, steps: int = 400, seed: int = 0, symbols: int = 6, max_len: int = 6, log=print) -> dict:
-    """Train a one-layer model of width 32 with Adam and the paper's warmup; returns the final figures."""
+    """Train the model of config() with Adam and the paper's warmup; returns the final figures and the model."""
     mt.manual_seed(seed)
     rng = numpy.random.default_rng(seed)
-    config = mt.TransformerConfig(FIRST + symbols, FIRST + symbols, d_model=32, num_heads=2, num_encoder_layers=1,
-                                  num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=max_len + 2)
-    model = mt.Transformer(config)
+    model = mt.Transformer(config(mt, symbols, max_len))
     loss_fn = mt.CrossEntropyLoss(ignore_index=PAD)
     opt = mt.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
     schedule = mt.optim.NoamSchedule(opt, d_model=32, warmup=50, factor=1.0)
@@ -43,13 +56,10 @@ def train(mt, steps: int = 400, seed: int = 0, symbols: int = 6, max_len: int = 
         losses.append(loss)
         if step % 100 == 0 or step == 1:
             log(f"step {step:4d}  loss {loss:.3f}")
-    model.eval()
-    src, _, tgt_out = batch(numpy.random.default_rng(10_000 + seed), 100, symbols, max_len)
-    hyps = mt.decoding.greedy_decode(model, src)
-    refs = [[int(t) for t in row if t not in (PAD, EOS)] for row in tgt_out]
-    exact = float(numpy.mean([h == r for h, r in zip(hyps, refs)]))
+    exact = exact_match(mt, model, seed, symbols, max_len)
     log(f"exact match on 100 new strings: {exact:.0%}")
-    return {"first_loss": losses[0], "final_loss": float(numpy.mean(losses[-20:])), "exact_match": exact}
+    return {"first_loss": float(losses[0]), "final_loss": float(numpy.mean(losses[-20:])), "exact_match": exact,
+            "model": model}
 
 
 if __name__ == "__main__":

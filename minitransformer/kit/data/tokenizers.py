@@ -27,7 +27,7 @@ from minitransformer.kit.data.vocab import (
     Vocab,
     split_pieces,
 )
-from minitransformer.kit.running import files
+from minitransformer.kit import files
 
 MAX_LEARN_CHARS = 32     # longer pieces are learned from in parts (``_learning_chunks``) and not cached
 

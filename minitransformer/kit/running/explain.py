@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy
 
 from minitransformer import backend, checks, decoding, fast
-from minitransformer.kit.running.files import atomic_write
+from minitransformer.kit.files import atomic_write
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer
 

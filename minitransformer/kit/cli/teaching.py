@@ -3,9 +3,8 @@
 import os
 from pathlib import Path
 
-from minitransformer.kit import classroom
-from minitransformer.kit.classroom.exercises import catalogue_text
-from minitransformer.kit.running.files import write_json
+from minitransformer.kit.classroom import exercises, grader, maker
+from minitransformer.kit.files import write_json
 
 from .common import option
 
@@ -23,7 +22,9 @@ def add_classroom(sub) -> None:
     g = actions.add_parser("grade", help="grade an assignment folder; print the scorecard")
     g.add_argument("dir", help="the student's folder, as `make` wrote it")
     g.add_argument("--json", dest="json_path", help="write the results here in Gradescope's results.json format")
-    option(g, "--seed", "seed of the random inputs (default 0)", default=0)
+    option(g, "--seed", "seed of the hidden inputs (default: one drawn, written into the results)", default=None)
+    g.add_argument("--diagnoses", choices=("what", "fix"), default="what", help="name the mistake and where "
+                   "(default), or add how to fix it (after the deadline)")
     option(g, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
     option(g, "--workers", "exercises graded at once, each in its own process (default 2)",
            default=min(2, os.cpu_count() or 1))
@@ -34,21 +35,22 @@ def add_classroom(sub) -> None:
 
 def cmd_classroom(args) -> int:
     if args.action == "list":
-        for part, title in classroom.PARTS.items():
+        for part, title in exercises.PARTS.items():
             print(f"part {part}: {title}")
-            for e in [*classroom.EXERCISES.values(), classroom.TRAIN]:
+            for e in [*exercises.EXERCISES.values(), exercises.TRAIN]:
                 if e.part == part:
                     print(f"  {e.name:<22} {e.sentence}")
-        print(f"`make` hands out the backward exercises unless --exercises says otherwise; {len(classroom.CATALOGUE)} "
+        print(f"`make` hands out the backward exercises unless --exercises says otherwise; {len(exercises.CATALOGUE)} "
               f"mistakes in the catalogue (`bugs`)")
     elif args.action == "bugs":
-        print(catalogue_text())
+        print(exercises.catalogue_text())
     elif args.action == "make":
-        chosen = classroom.make(args.dir, args.exercises, args.solutions)
+        chosen = maker.make(args.dir, args.exercises, args.solutions)
         print(f"wrote {'the solutions to ' if args.solutions else ''}{len(chosen)} exercises into {args.dir}: "
               f"{', '.join(e.name for e in chosen)}; the student starts with {Path(args.dir) / 'README.md'}")
     else:
-        results = classroom.grade(args.dir, seed=args.seed, timeout=args.timeout, workers=args.workers)
+        results = grader.grade(args.dir, seed=args.seed, diagnoses=args.diagnoses, time_limit=args.timeout,
+                                  workers=args.workers)
         print(results.pop("scorecard"))
         print(f"score {results['score']}/{sum(t['max_score'] for t in results['tests'])}, {results['output']}")
         for test in results["tests"]:
