@@ -1,4 +1,4 @@
-"""Tests of the viewer's data (minitransformer.kit.running.explain, ``mt.viz.explain``) and of ``minitransformer
+"""Tests of the viewer's data (minitransformer.kit.running.viewer, ``mt.viz.explain``) and of ``minitransformer
 explain``: what the page holds equals the model (attention maps, the queries and keys behind them, dL/dA against
 central finite differences in float64), for the core and the fast tier; long inputs are cut with a note; the page
 names nothing outside itself; bad arguments are one clear error. The browser tests are in test_explain_browser.py."""
@@ -15,7 +15,7 @@ import minitransformer as mt
 from minitransformer import viz
 from minitransformer.kit.cli import main
 from minitransformer.kit.data.tokenizers import WordTokenizer
-from minitransformer.kit.running import explain
+from minitransformer.kit.running import viewer
 
 STACKS = ("encoder", "decoder_self", "decoder_cross")
 
@@ -141,10 +141,10 @@ def test_decoding_steps_are_the_greedy_output_and_their_probabilities():
     model = mt.Transformer(small_config())
     model.eval()
     data = viz.explain(model, SRC).data
-    hyp = mt.decoding.greedy_decode(model, np.asarray([SRC]), max_len=explain.MAX_TOKENS - 1)[0]
+    hyp = mt.decoding.greedy_decode(model, np.asarray([SRC]), max_len=viewer.MAX_TOKENS - 1)[0]
     steps = data["decoding"]["steps"]
     assert data["output_ids"] == hyp and [s["token"] for s in steps[:-1]] == [str(i) for i in hyp]
-    if len(hyp) < explain.MAX_TOKENS - 1:
+    if len(hyp) < viewer.MAX_TOKENS - 1:
         assert steps[-1]["token"] == "<eos>" and not data["notes"]
     else:                                              # cut: the last row is what the model would have said next
         assert steps[-1]["token"] == steps[-1]["top"][0][0] and data["notes"] == ["the output was cut at 49 tokens"]
@@ -156,16 +156,16 @@ def test_decoding_steps_are_the_greedy_output_and_their_probabilities():
     assert data["target"] == "the model's own output" and data["tgt_out"][:-1] == [s["token"] for s in steps[:-1]]
     beam = viz.explain(model, SRC, beam_size=3).data
     assert beam["output_ids"] == mt.decoding.beam_search(model, np.asarray([SRC]), beam_size=3,
-                                                         max_len=explain.MAX_TOKENS - 1)[0]
+                                                         max_len=viewer.MAX_TOKENS - 1)[0]
     assert beam["decoding"]["method"].startswith("beam search, beam 3")
 
 
 def test_long_inputs_are_cut_with_a_note():
     model = mt.Transformer(small_config(max_len=200))
-    src = [4 + i % 7 for i in range(explain.MAX_TOKENS + 20)]
-    data = viz.explain(model, src, src[:explain.MAX_TOKENS + 5]).data
-    assert len(data["src"]) == explain.MAX_TOKENS and len(data["tgt_in"]) == explain.MAX_TOKENS
-    assert any(f"the first {explain.MAX_TOKENS} are shown" in note for note in data["notes"])
+    src = [4 + i % 7 for i in range(viewer.MAX_TOKENS + 20)]
+    data = viz.explain(model, src, src[:viewer.MAX_TOKENS + 5]).data
+    assert len(data["src"]) == viewer.MAX_TOKENS and len(data["tgt_in"]) == viewer.MAX_TOKENS
+    assert any(f"the first {viewer.MAX_TOKENS} are shown" in note for note in data["notes"])
 
 
 def test_texts_are_read_and_labelled_by_the_tokenizers():

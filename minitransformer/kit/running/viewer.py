@@ -1,6 +1,6 @@
 """The viewer's data: one sentence through any model of this package (core or fast tier), packed for a page that
-runs offline. ``Explanation`` shows itself in a notebook and saves the page (explain.js and explain.css inlined) or,
-for slides, a PNG of one layer's heads.
+runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``, which shows itself
+in a notebook and saves the page or, for slides, a figure of one layer's heads.
 
 What the page gets, for (src, tgt) with tgt the model's own output unless given:
     every attention map A (H,Tq,Tk) of the three stacks, the queries q and keys k it came from, the mask it used;
@@ -10,8 +10,9 @@ What the page gets, for (src, tgt) with tgt the model's own output unless given:
     the decoding, step by step (greedy, or the beam's best hypothesis and its score), with the next-token
     probabilities and each step's cross-attention;
     the positional encodings of the positions used.
-Arrays travel as base64 float32 (exact, and under half the size of the same numbers written out). Past MAX_TOKENS tokens a side, the input
-is cut and the page says so: the views draw T x T maps, which would grow past what a browser draws at once.
+Arrays travel as base64 float32 (exact, and under half the size of the same numbers written out). Past MAX_TOKENS
+tokens a side the input is cut and the page says so: the views draw T x T maps, which would grow past what a browser
+draws at once.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
 def page(data: dict) -> str:
     """One self-contained HTML page: the data, the script and the style inline; nothing fetched."""
     payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")    # no "</script>" inside
-    style, script = (HERE / "explain.css").read_text("utf-8"), (HERE / "explain.js").read_text("utf-8")
+    style, script = (HERE / "viewer.css").read_text("utf-8"), (HERE / "viewer.js").read_text("utf-8")
     title = html.escape(" ".join(data["src"]))
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
             f"<title>explain: {title}</title><style>{style}</style></head><body>"
@@ -172,43 +173,33 @@ def page(data: dict) -> str:
             f"<script>{script}</script></body></html>\n")
 
 
-class Explanation:
-    """What ``mt.viz.explain`` returns: ``.data`` (see ``build``), shown inline by Jupyter, JupyterLab and VS Code;
-    ``.save("page.html")`` the page, ``.save("fig.png")`` (or .svg, .pdf) one layer's heads for a slide."""
+def inline(data: dict) -> str:
+    """The page for a notebook's output (Jupyter, JupyterLab, VS Code): in an iframe, which keeps the page's script
+    and style apart from the notebook's own."""
+    return (f"<iframe srcdoc=\"{html.escape(page(data))}\" style=\"width:100%;height:760px;border:0\" "
+            f"title=\"minitransformer explain\"></iframe>")
 
-    def __init__(self, data: dict):
-        self.data = data
 
-    def html(self) -> str:
-        return page(self.data)
+def layer_maps(data: dict, stack: str, layer: int) -> tuple:
+    """(attention (H,Tq,Tk) of one layer of a stack, its query labels, its key labels), for a figure."""
+    checks.one_of("Explanation.figure", "stack", stack, STACKS)
+    packed = data["stacks"][stack]["attn"]
+    attn = numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])     # (L,H,Tq,Tk)
+    layer = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
+    rows = data["src"] if stack == "encoder" else data["tgt_out"]          # a decoder query: the token it produces
+    return attn[layer], rows, data["tgt_in"] if stack == "decoder_self" else data["src"]
 
-    def _repr_html_(self) -> str:
-        # An iframe keeps the page's script and style apart from the notebook's own.
-        return (f"<iframe srcdoc=\"{html.escape(self.html())}\" style=\"width:100%;height:760px;border:0\" "
-                f"title=\"minitransformer explain\"></iframe>")
 
-    def figure(self, stack: str = "decoder_cross", layer: int = -1):
-        """A matplotlib Figure of one layer's attention, a panel per head."""
-        from minitransformer.kit.running import viz
-
-        checks.one_of("Explanation.figure", "stack", stack, STACKS)
-        s = self.data["stacks"][stack]
-        attn = numpy.frombuffer(base64.b64decode(s["attn"]["b64"]), "<f4").reshape(s["attn"]["shape"])
-        layer = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
-        rows = self.data["src"] if stack == "encoder" else self.data["tgt_out"]     # a query: the token it produces
-        return viz.attention_grid(attn[layer], x_labels=self.data["tgt_in"] if stack == "decoder_self" else
-                                  self.data["src"], y_labels=rows, title=f"{stack}, layer {layer}")
-
-    def save(self, path, *, stack: str = "decoder_cross", layer: int = -1) -> Path:
-        """Write the page (a path ending in .html) or a figure of one layer's heads (.png, .svg, .pdf)."""
-        path = Path(path)
-        if path.suffix.lower() in (".html", ".htm"):
-            text = self.html().encode("utf-8")
-            atomic_write(path, lambda f: f.write(text), "page")
-        elif path.suffix.lower() in (".png", ".svg", ".pdf"):
-            fig = self.figure(stack, layer)
-            atomic_write(path, lambda f: fig.savefig(f, format=path.suffix[1:].lower(), dpi=150, bbox_inches="tight"),
-                         "figure")
-        else:
-            raise ValueError(f"Explanation.save: path must end in .html, .png, .svg or .pdf, got {str(path)!r}")
-        return path
+def save(path, data: dict, figure) -> Path:
+    """Write the page (a path ending in .html) or figure(), a matplotlib Figure (.png, .svg, .pdf)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".html", ".htm"):
+        text = page(data).encode("utf-8")
+        atomic_write(path, lambda f: f.write(text), "page")
+    elif suffix in (".png", ".svg", ".pdf"):
+        fig = figure()
+        atomic_write(path, lambda f: fig.savefig(f, format=suffix[1:], dpi=150, bbox_inches="tight"), "figure")
+    else:
+        raise ValueError(f"Explanation.save: path must end in .html, .png, .svg or .pdf, got {str(path)!r}")
+    return path

@@ -1,4 +1,4 @@
-// The viewer: one sentence through a minitransformer model, drawn from the data explain.py packs into the page.
+// The viewer: one sentence through a minitransformer model, drawn from the data viewer.py packs into the page.
 // Plain DOM, SVG and canvas; no library, nothing fetched. Every view reads the same stacks of arrays:
 // attn and dattn (L,H,Tq,Tk), q and k (L,H,T,Dk), mask (Tq,Tk), share (L,H).
 "use strict";
