@@ -47,6 +47,10 @@ MAX_INFLATION = 16            # earlier .npz checkpoints: numpy.savez stores arr
 # 64 times Multi30k's largest file (2 million characters, 29,000 lines), within about 1 GB of memory.
 MAX_CORPUS_CHARS = 1 << 27
 MAX_CORPUS_LINES = 1 << 22
+# One line of a corpus, refused as soon as it passes this: a sentence pair is a line, and everything after reading
+# (tokenising, learning BPE, batching) costs in proportion to its longest line. Multi30k's longest is 254 characters;
+# 256 times that leaves room for any sentence while a line costs kilobytes, not the gigabytes of a 2^27 one.
+MAX_LINE_CHARS = 1 << 16
 
 # The memory one call may plan to use (``minitransformer.budget``): fixed, so that a call is accepted or refused
 # alike on every machine; MINITRANSFORMER_MEMORY_BUDGET ("16G") or a check's budget= argument changes it.

@@ -283,6 +283,23 @@ def test_corpus_limits_count_decoded_characters_and_lines(tmp_path, monkeypatch)
     assert datasets._read_lines(path) == ["a"] * 10
 
 
+def test_a_line_longer_than_the_line_limit_is_refused_by_its_number(tmp_path):
+    """At the real limit: a line of MAX_LINE_CHARS characters is read, one more character is refused, naming the
+    file and the line, whether the file is plain or gzipped."""
+    cap = datasets.limits.MAX_LINE_CHARS
+
+    def corpus(path, third: int) -> Path:
+        data = ("a" * cap + "\n" + "ü" * cap + "\r\n" + "b" * third + "\nc\n").encode("utf-8")
+        path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+        return path
+
+    for path in (tmp_path / "train.en", tmp_path / "train.en.gz"):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}, line 3: more than {cap:,} characters, "
+                                             r"the most a line of a corpus may hold .*MAX_LINE_CHARS\): refused$"):
+            datasets._read_lines(corpus(path, cap + 1))
+        assert datasets._read_lines(corpus(path, cap)) == ["a" * cap, "ü" * cap, "b" * cap, "c"]
+
+
 def test_multi30k_dir_lookup(monkeypatch, tmp_path):
     monkeypatch.setenv(datasets.MULTI30K_ENV, str(tmp_path))
     assert multi30k_dir() == tmp_path

@@ -30,17 +30,22 @@ MULTI30K_CACHE = Path("~/.cache/minitransformer/multi30k")
 def _read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file (gzipped if named .gz), stripped, as text mode reads them (universal newlines).
     A corpus may come from elsewhere: a regular file only (a FIFO would block), at most ``limits.MAX_CORPUS_CHARS``
-    characters in ``limits.MAX_CORPUS_LINES`` lines, counted as it streams in (a small gzip that expands without
-    end stops at the limit); a damaged gzip or non-UTF-8 byte is a ValueError naming the file and line."""
+    characters in ``limits.MAX_CORPUS_LINES`` lines of at most ``limits.MAX_LINE_CHARS``, counted as it streams in
+    (a small gzip that expands without end stops at the limit); a damaged gzip or non-UTF-8 byte is a ValueError
+    naming the file and line."""
     lines, chars, gzipped = [], 0, path.suffix == ".gz"
     with open_regular(path, "corpus file") as raw:
         # a byte that is not UTF-8 stays in its line (as a lone surrogate) until the line's number is known
         text = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw, encoding="utf-8",
                                 errors="surrogateescape", newline=None)
         try:
-            while line := text.readline(limits.MAX_CORPUS_CHARS - chars + 1):     # never more than the limit read
+            # never more read than the corpus's or the line's limit: one character past it is enough to refuse
+            while line := text.readline(min(limits.MAX_CORPUS_CHARS - chars, limits.MAX_LINE_CHARS) + 1):
                 chars += len(line)
                 lines.append(line.strip())
+                if len(line.removesuffix("\n")) > limits.MAX_LINE_CHARS:
+                    raise ValueError(f"{path}, line {len(lines)}: more than {limits.MAX_LINE_CHARS:,} characters, the "
+                                     "most a line of a corpus may hold (minitransformer.limits.MAX_LINE_CHARS): refused")
                 for count, name, what in ((chars, "MAX_CORPUS_CHARS", "characters"),
                                           (len(lines), "MAX_CORPUS_LINES", "lines")):
                     if count > getattr(limits, name):
