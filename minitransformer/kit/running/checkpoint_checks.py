@@ -14,6 +14,7 @@ import numpy
 from minitransformer import limits
 from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
+from minitransformer.kit.data.tokenizers import check_size
 from minitransformer.kit.running import files
 from minitransformer.limits import CONFIG_CAPS, MAX_COUNT
 
@@ -140,6 +141,11 @@ def check_meta(where: str, meta, specs: dict) -> list:
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"{where}: {key} must be an object, got {type(value).__name__}")
         meta[key] = {} if value is None and key in ("tokenizers", "extra") else value
+    for side, text in meta["tokenizers"].items():           # parsed later, by whoever translates: bounded here
+        if not isinstance(text, str):
+            raise ValueError(f"{where}: tokenizers.{side:.20} must be a tokenizer's JSON as a string, got "
+                             f"{type(text).__name__}")
+        check_size(text, f"{where}: tokenizers.{side:.20}")
     unknown, absent = sorted(set(specs) - set(used)), sorted(set(used) - set(specs))
     if unknown or absent:
         raise ValueError(f"{where}: holds tensors no checkpoint has ({unknown[:3]}): refused unread" if unknown else
