@@ -92,12 +92,9 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
 
 
 def multi30k_dir() -> Path:
-    """Where Multi30k is: $MINITRANSFORMER_MULTI30K if set, else ../shared/data/multi30k beside the repository
-    if it exists, else ~/.cache/minitransformer/multi30k."""
-    if env := os.environ.get(MULTI30K_ENV):
-        return Path(env).expanduser()
-    shared = REPO_ROOT.parent / "shared" / "data" / "multi30k"
-    return shared if shared.is_dir() else MULTI30K_CACHE.expanduser()
+    """Where Multi30k is when no folder is given (``train --data-dir``, ``load_multi30k(directory)``):
+    $MINITRANSFORMER_MULTI30K if set, else ~/.cache/minitransformer/multi30k, which ``download_multi30k`` fills."""
+    return Path(os.environ.get(MULTI30K_ENV) or MULTI30K_CACHE).expanduser()
 
 
 def _multi30k_split(split: str, where: str) -> str:
