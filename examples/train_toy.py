@@ -42,7 +42,7 @@ loss_fn = mt.CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=0.1)  
 optimizer = mt.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)        # §5.3
 schedule = mt.optim.NoamSchedule(optimizer, d_model=config.d_model, warmup=200)   # warm up, then decay as 1/sqrt(step)
 print(f"{len(train_ids)} training pairs, vocabularies {src_tok.vocab_size} / {tgt_tok.vocab_size}, "
-      f"{sum(p.data.size for p in model.parameters()):,} parameters")
+      f"{model.num_parameters():,} parameters")
 
 # --- The loop: batch, forward, loss, backward, clip, step. -------------------------------------------------------
 model.train()
