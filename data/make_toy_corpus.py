@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:          # run from a checkout without installing the package
     sys.path.insert(0, str(REPO_ROOT))
 
-from minitransformer import toy_grammar  # after the sys.path entry above
+from minitransformer.kit.data import toy_grammar  # after the sys.path entry above
 
 
 def _seed(text: str) -> int:

@@ -39,7 +39,7 @@ from pathlib import Path
 import common  # first: it sets the BLAS threads before NumPy loads
 import training
 
-from minitransformer import cli
+from minitransformer.kit import cli
 from minitransformer.kit.cli.common import load_run
 
 NAME = "averaging"

@@ -37,7 +37,7 @@ from minitransformer.kit.data.tasks import (
     heldout_batches,
 )
 from minitransformer.kit.running.runs import tier
-from minitransformer.kit.running.train import unpack_batch
+from minitransformer.kit.running.trainer import unpack_batch
 
 NAME = "extrapolation"
 KINDS = ("sinusoidal", "learned")

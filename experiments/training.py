@@ -29,7 +29,7 @@ import minitransformer as mt
 from minitransformer.kit.data.task_data import bleu_of, load_pairs, task_data
 from minitransformer.kit.running.runs import build_trainer
 from minitransformer.kit.running.settings import task_settings
-from minitransformer.kit.running.train import unpack_batch
+from minitransformer.kit.running.trainer import unpack_batch
 
 MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "d_k", "d_v", "dropout", "num_encoder_layers", "num_decoder_layers",
                 "positional", "norm_first")

@@ -38,7 +38,7 @@ import minitransformer as mt
 from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.data.tasks import exact_match
 from minitransformer.kit.running.runs import tier
-from minitransformer.kit.running.train import NonFiniteError, unpack_batch
+from minitransformer.kit.running.trainer import NonFiniteError, unpack_batch
 
 NAME = "warmup_and_norm"
 NORMS = {"post-LN": False, "pre-LN": True}

@@ -9,90 +9,36 @@ Shape letters used in every docstring and comment:
 The package has three parts, and its folders say which is which:
     the core, at this level: module, layers/, masks, config, model, loss, optim, decoding, gradcheck: the paper in code;
     fast/: the same model made fast, each piece tested equal to its core twin;
-    kit/: data, training, checkpoints, plots and the command line, around both tiers.
+    kit/: data, training, checkpoints, plots, the viewer, the command line and the classroom, around both tiers.
+``import minitransformer`` loads the core alone, which needs nothing but NumPy; ``mt.fast`` (threads: threadpoolctl)
+and the kit load when first used.
 """
 
 import importlib
-import sys
 
-from . import backend, decoding, fast, gradcheck, layers, masks, optim
-from .backend import (
-    get_backend,
-    get_default_dtype,
-    manual_seed,
-    set_backend,
-    set_default_dtype,
-    to_numpy,
-)
-from .kit.data import batching, bleu, datasets, tasks, tokenizers, toy_grammar
-from .kit.data.tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, WordTokenizer
-from .kit.running import checkpoint, files, train
-from .kit.running.checkpoint import (
-    average_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-)
-from .kit.running.train import NonFiniteError, Trainer
+from . import backend, decoding, gradcheck, layers, masks, optim
+from .backend import get_backend, get_default_dtype, manual_seed, set_backend, set_default_dtype, to_numpy
+from .config import TransformerConfig
 from .loss import CrossEntropyLoss
-from .model import Transformer, TransformerConfig
+from .model import Transformer
 from .module import Module, ModuleList, Parameter
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BOS",
-    "EOS",
-    "PAD",
-    "UNK",
-    "BPETokenizer",
-    "CrossEntropyLoss",
-    "Module",
-    "ModuleList",
-    "NonFiniteError",
-    "Parameter",
-    "Trainer",
-    "Transformer",
-    "TransformerConfig",
-    "WordTokenizer",
-    "average_checkpoints",
-    "backend",
-    "batching",
-    "bleu",
-    "checkpoint",
-    "datasets",
-    "decoding",
-    "fast",
-    "get_backend",
-    "get_default_dtype",
-    "gradcheck",
-    "layers",
-    "load_checkpoint",
-    "manual_seed",
-    "masks",
-    "optim",
-    "save_checkpoint",
-    "set_backend",
-    "set_default_dtype",
-    "tasks",
-    "to_numpy",
-    "tokenizers",
-    "toy_grammar",
-    "train",
-    "viz",
-]
+__all__ = ["CrossEntropyLoss", "Module", "ModuleList", "Parameter", "Transformer", "TransformerConfig", "backend",
+           "decoding", "get_backend", "get_default_dtype", "gradcheck", "layers", "manual_seed", "masks", "optim",
+           "set_backend", "set_default_dtype", "to_numpy"]
 
-
-# The kit's modules keep the names users reach them by: ``mt.tokenizers``, ``from minitransformer.train import
-# Trainer``. Each name is the same module object as its home under kit/.
-for _module in (batching, bleu, checkpoint, datasets, files, tasks, tokenizers, toy_grammar, train):
-    sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[1]}"] = _module
+# Loaded on first use, so that the core imports with NumPy alone: the fast tier, the kit, and the two kit modules
+# the contract names at the top (``mt.bleu.corpus_bleu``, ``mt.viz``).
+_ON_FIRST_USE = {"fast": ".fast", "kit": ".kit", "bleu": ".kit.data.bleu", "viz": ".kit.running.viz"}
 
 
 def __getattr__(name):
-    # ``mt.viz`` and ``mt.cli`` are imported on first use: matplotlib is slow to import and the training step
-    # never needs it.
-    if name in ("viz", "cli"):
-        module = importlib.import_module(f".kit.{'running.' if name == 'viz' else ''}{name}", __name__)
-        sys.modules[f"{__name__}.{name}"] = module
-        return module
+    if name in _ON_FIRST_USE:
+        return importlib.import_module(_ON_FIRST_USE[name], __name__)
     raise AttributeError(f"module 'minitransformer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_ON_FIRST_USE])

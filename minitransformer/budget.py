@@ -1,5 +1,5 @@
 """What a piece of work will take in memory, estimated from the sizes alone before it starts, and refused past a
-budget (limits.MEMORY_BUDGET, $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) in one line naming its
+budget (MEMORY_BUDGET, $MINITRANSFORMER_MEMORY_BUDGET such as "16G", or ``budget=``) in one line naming its
 biggest part: a 15 KB checkpoint with 1,024 heads that reads 1,000 tokens asks for gigabytes of attention scores.
 The estimates (weights and gradients, each layer's kept activations, the decoder's key/value cache, beam search's
 float64 scores) hold within a small factor of what is allocated; the tests hold them to it."""
@@ -9,9 +9,11 @@ import re
 
 import numpy
 
-from . import backend, limits
+from . import backend
 
 ENV = "MINITRANSFORMER_MEMORY_BUDGET"
+# Fixed, so that a piece of work is accepted or refused alike on every machine.
+MEMORY_BUDGET = 4 << 30
 
 
 class BudgetError(ValueError):
@@ -19,14 +21,14 @@ class BudgetError(ValueError):
 
 
 def memory_budget(budget=None) -> int:
-    """The budget in bytes: ``budget`` if given, else $MINITRANSFORMER_MEMORY_BUDGET, else limits.MEMORY_BUDGET."""
+    """The budget in bytes: ``budget`` if given, else $MINITRANSFORMER_MEMORY_BUDGET, else MEMORY_BUDGET."""
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, (int, numpy.integer)) or budget <= 0:
             raise ValueError(f"memory budget must be a positive number of bytes, got {budget!r}")
         return int(budget)
     text = os.environ.get(ENV, "").strip()
     if not text:
-        return limits.MEMORY_BUDGET
+        return MEMORY_BUDGET
     match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,6})?)\s*([KMGT]?)(?:i?B)?", text, flags=re.IGNORECASE)
     if not match or float(match[1]) <= 0:
         raise ValueError(f"{ENV} must be a positive size such as 8G, 512M or 4294967296, got {text!r}")
@@ -113,30 +115,10 @@ def check_model(config, owner: str = "Transformer", dtype=None, budget=None) -> 
     return check(owner, parts, "building this model", budget)
 
 
-def _decoding(model, src_len, out_len, beam, naive, batch=1) -> tuple:
-    """(bytes of the model's weights, bytes of each part of decoding batch sources) for check_decoding and
-    largest_batch alike."""
-    itemsize = model.parameters()[0].data.dtype.itemsize
-    return (2 * parameter_count(model.config) * itemsize,
-            decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize))
-
-
 def check_decoding(owner: str, model, batch: int, src_len: int, out_len: int, beam: int = 1, naive: bool = False,
                    budget=None) -> int:
     """Refuse decoding whose memory, the model's weights included, passes the budget, before it starts."""
-    weights, parts = _decoding(model, src_len, out_len, beam, naive, batch)
+    itemsize = model.parameters()[0].data.dtype.itemsize
+    parts = decoding_parts(model.config, batch, src_len, out_len, beam, naive, itemsize)
     what = f"decoding {batch} x {src_len} source tokens into {out_len} tokens" + (f" x beam {beam}" if beam > 1 else "")
-    return check(owner, {"the model's weights": weights, **parts}, what, budget)
-
-
-def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:
-    """The most sources of src_len tokens ``check_decoding`` lets through at once (0: not one); every part but
-    the weights grows in proportion to the batch."""
-    weights, parts = _decoding(model, src_len, out_len, beam, naive)
-    return max(0, (memory_budget(budget) - weights) // sum(parts.values()))
-
-
-def check_replicas(owner: str, model, workers: int, budget=None) -> int:
-    """Refuse ``workers`` replicas of model whose gradients (one set per extra replica) pass the budget."""
-    grads = sum(int(p.data.nbytes) for p in model.parameters())
-    return check(owner, {"the replicas' gradients": (workers - 1) * grads}, f"{workers} model replicas", budget)
+    return check(owner, {"the model's weights": 2 * parameter_count(model.config) * itemsize, **parts}, what, budget)

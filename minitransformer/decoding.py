@@ -27,10 +27,10 @@ import contextlib
 import numpy
 
 from . import backend, budget, checks
-from .limits import INT_SETTINGS
 from .model import Transformer
 
 EXTRA_LENGTH = 50  # default max_len = source length + 50 (§6.1)
+MAX_BEAM = 100     # the paper's beams are 4 to 21 wide; a wider one is a typo, refused before any work
 
 
 class KVCache:
@@ -234,12 +234,12 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     with the best final s. With beam_size=1 this is greedy decoding.
 
     model, src, max_len, naive   as in ``greedy_decode``
-    beam_size                    K, an int in [1, 100] (limits.INT_SETTINGS)
+    beam_size                    K, an int in [1, MAX_BEAM]
     alpha                        the length penalty's exponent, >= 0 (0: plain log-probability)
     Returns a list of B lists of token ids (no BOS, stopped at EOS, EOS excluded).
     """
     owner = "beam_search"
-    checks.int_in(owner, "beam_size", beam_size, *INT_SETTINGS["beam_size"])
+    checks.int_in(owner, "beam_size", beam_size, 1, MAX_BEAM)
     checks.non_negative(owner, "alpha", alpha)
     src, limits = _prepare(owner, model, src, max_len, beam_size, naive)
     c = model.config

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from . import backend, checks
+from . import backend, checks, layers
 from .module import Module
 
 DEFAULT_TOLERANCE = 1e-6
@@ -258,3 +258,61 @@ def check(module, *inputs, eps: float = 1e-6, max_entries: int | None = None, se
     module.clear_caches()
     backend.set_rng_state(rng_state)
     return report
+
+
+# Modules of one input around what is not one, so that ``check`` treats them like any layer: self-attention (one
+# input read as query, key and value), a sublayer connection with its sublayer, and the loss.
+
+class SelfAttention(Module):
+    """Self-attention as a module of one input: forward(x, mask) = MHA(x, x, x, mask); dx = dq + dk + dv."""
+
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, x, mask=None):
+        out = self.mha(x, x, x, mask)                                          # (B,T,D)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, dout):
+        self.saved(dout)
+        dq, dk, dv = self.mha.backward(dout)
+        return dq + dk + dv                                                    # (B,T,D)
+
+
+class AroundFFN(Module):
+    """The paper's sublayer connection around a feed-forward network, as EncoderLayer uses it:
+    forward(x) = LayerNorm(x + Dropout(FFN(x))) (or x + Dropout(FFN(LayerNorm(x))) with norm_first);
+    backward adds the path around the FFN to the path through it."""
+
+    def __init__(self, d_model, d_ff, norm_first=False):
+        super().__init__()
+        self.ffn = layers.PositionwiseFeedForward(d_model, d_ff)
+        self.sublayer = layers.SublayerConnection(d_model, dropout=0.3, norm_first=norm_first)
+
+    def forward(self, x):
+        out = self.sublayer(x, self.ffn)                                       # (B,T,D)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, dout):
+        self.saved(dout)
+        return self.sublayer.backward(dout, self.ffn.backward)                 # (B,T,D)
+
+
+class LossOfLogits(Module):
+    """CrossEntropyLoss as a module of the logits, so that gradcheck treats it like a layer."""
+
+    def __init__(self, loss_fn, target):
+        super().__init__()
+        self.loss_fn, self.target = loss_fn, target
+
+    def forward(self, logits):
+        out = numpy.asarray(self.loss_fn(logits, self.target))                 # () the loss
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, dout):
+        self.saved(dout)
+        return self.loss_fn.backward() * dout                                  # (B,T,V)

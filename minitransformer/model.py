@@ -10,7 +10,7 @@ cross-attention of every decoder layer, so its gradient is the sum of what each 
 
 from __future__ import annotations
 
-from . import backend, checks
+from . import backend, budget, checks
 from .config import TransformerConfig
 from .layers import (
     Dropout,
@@ -87,16 +87,16 @@ class DecoderLayer(Module):
     def backward(self, dout):                                  # dout (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
         self.saved(dout)
         dy = self.sublayer_ffn.backward(dout, self.ffn.backward)
-        dattn, daround = self.sublayer_cross.backward_to_sublayer(dy)      # (B,T,D), (B,T,D)
-        dquery, dkey, dvalue = self.cross_attn.backward(dattn)             # (B,T,D), (B,S,D), (B,S,D)
-        dy = self.sublayer_cross.backward_from_sublayer(daround, dquery)   # y was the query   (B,T,D)
-        dmemory = dkey + dvalue                                # memory was key and value: the two add (B,S,D)
-        dy = self.sublayer_self.backward(dy, self.self_attn_backward)
-        return dy, dmemory
+        dy, dmemory = self.sublayer_cross.backward(dy, self.cross_attn_backward)
+        return self.sublayer_self.backward(dy, self.self_attn_backward), dmemory
 
     def self_attn_backward(self, dout):                        # (B,T,D) -> (B,T,D)
         dquery, dkey, dvalue = self.self_attn.backward(dout)
         return dquery + dkey + dvalue                          # y was query, key and value: the three add
+
+    def cross_attn_backward(self, dout):                       # (B,T,D) -> dy (B,T,D), dmemory (B,S,D)
+        dquery, dkey, dvalue = self.cross_attn.backward(dout)
+        return dquery, dkey + dvalue                           # y was the query; memory key and value: they add
 
 
 class Encoder(Module):
@@ -202,6 +202,7 @@ class Transformer(Module):
         super().__init__()
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"Transformer: config must be a TransformerConfig, got {type(config).__name__}")
+        budget.check_model(config)                            # a model too big for memory is refused unbuilt
         self.config = c = config
         self.src_embed = Embedding(c.src_vocab_size, c.d_model, scale=True)
         self.tgt_embed = Embedding(c.tgt_vocab_size, c.d_model, scale=True)

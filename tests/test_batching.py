@@ -11,7 +11,7 @@ from minitransformer.kit.data.batching import (
     collate,
     plan_batches,
 )
-from minitransformer.kit.data.tokenizers import BOS, EOS, PAD
+from minitransformer.kit.data.vocab import BOS, EOS, PAD
 
 
 def random_pairs(n=300, seed=0, max_len=30):

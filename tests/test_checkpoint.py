@@ -17,9 +17,10 @@ import pytest
 import safetensors.numpy
 
 import minitransformer as mt
-from minitransformer import checkpoint as ck
-from minitransformer import limits
-from minitransformer.kit.running import checkpoint_checks, files, npz
+from minitransformer.kit.running import checkpoint as ck
+from minitransformer.kit import limits
+from minitransformer.kit import files
+from minitransformer.kit.running import checkpoint_checks, npz
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
@@ -153,18 +154,26 @@ def test_a_config_whose_d_v_needs_more_weights_than_given_is_refused(tmp_path):
 
 def test_nested_state_keeps_types(tmp_path):
     path = str(tmp_path / "c.safetensors")
-    state = {"lr": 0.1, "t": np.int64(3), "f32": np.float32(0.5), "zero_d": np.zeros(()), "betas": (0.9, 0.98),
-             "per_param": {0: {"m": np.arange(3.0)}, 1: None}, "name": "adam", "flag": True}
+    state = {"lr": 0.1, "t": np.int64(3), "f32": np.float32(0.5), "zero_d": np.zeros(()), "betas": [0.9, 0.98],
+             "per_param": {"0": {"m": np.arange(3.0)}, "1": None}, "name": "adam", "flag": True}
     ck.save_checkpoint(path, weights={"w": np.ones((2, 3), np.float32)}, optimizer=state)
     back = ck.load_checkpoint(path).optimizer
     assert back["lr"] == 0.1 and type(back["lr"]) is float
     assert back["t"] == 3 and type(back["t"]) is np.int64
     assert type(back["f32"]) is np.float32
     assert isinstance(back["zero_d"], np.ndarray) and back["zero_d"].shape == ()
-    assert back["betas"] == (0.9, 0.98) and back["name"] == "adam" and back["flag"] is True
-    np.testing.assert_array_equal(back["per_param"][0]["m"], np.arange(3.0))
-    assert back["per_param"][1] is None
+    assert back["betas"] == [0.9, 0.98] and back["name"] == "adam" and back["flag"] is True
+    np.testing.assert_array_equal(back["per_param"]["0"]["m"], np.arange(3.0))
+    assert back["per_param"]["1"] is None
     assert ck.load_checkpoint(path).weights["w"].dtype == np.float32
+
+
+@pytest.mark.parametrize("state, kind", [({"betas": (0.9, 0.98)}, "tuple"), ({"per_param": {0: None}}, "dict"),
+                                         ({"__array__": 1}, "dict"), ({"s": {1, 2}}, "set")])
+def test_state_that_no_state_dict_holds_is_refused_by_name(tmp_path, state, kind):
+    """What the optimisers' and schedules' state_dict()s hold is stored; anything else is refused, not tagged."""
+    with pytest.raises(TypeError, match=f"save_checkpoint: cannot store a {kind} under 'optim'"):
+        ck.save_checkpoint(tmp_path / "c.safetensors", weights={"w": np.ones(2)}, optimizer=state)
 
 
 def test_the_file_is_plain_safetensors_with_the_same_numbers(saved):
@@ -311,7 +320,7 @@ def test_failed_write_leaves_previous_checkpoint_whole(saved, monkeypatch):
     monkeypatch.undo()
     assert Path(path).read_bytes() == before
     ck.load_checkpoint(path)                                # still loads
-    leftovers = [n for n in os.listdir(os.path.dirname(path)) if n.endswith(ck.TEMP_SUFFIX)]
+    leftovers = [n for n in os.listdir(os.path.dirname(path)) if n.endswith(files.TEMP_SUFFIX)]
     assert leftovers == []                                  # and the temporary file is gone
 
 
@@ -465,7 +474,7 @@ def test_only_our_own_temp_files_of_dead_writers_are_removed(tmp_path):
 
 HOLD_THE_FOLDER = textwrap.dedent("""
     import sys, time
-    from minitransformer import checkpoint as ck
+    from minitransformer.kit.running import checkpoint as ck
     manager = ck.CheckpointManager(sys.argv[1])
     print("locked", flush=True)
     time.sleep(120)
@@ -525,7 +534,7 @@ def test_the_writer_refuses_what_the_reader_would_refuse(tmp_path, monkeypatch):
     ({"__array__": "optim/7"}, "lists tensors the file lacks"),
 ])
 def test_malformed_skeletons_are_refused_in_one_line(tmp_path, skeleton, match):
-    meta = {"format": ck.FORMAT_NAME, "format_version": ck.FORMAT_VERSION, "step": 0, "epoch": 0, "batch": 0,
+    meta = {"format": checkpoint_checks.FORMAT_NAME, "format_version": checkpoint_checks.FORMAT_VERSION, "step": 0, "epoch": 0, "batch": 0,
             "param_names": ["w"], "optimizer": {"state": skeleton}}
     metadata = {"minitransformer": json.dumps(meta), "run": ""}
     tensors = {"param/w": np.zeros(2, np.float32)}
@@ -550,7 +559,7 @@ def write_old_npz(path, model, opt, sched, step=2) -> str:
             arrays[f"optim/{len(arrays)}"] = value
         else:
             skeleton[key] = value
-    meta = {"format": ck.FORMAT_NAME, "format_version": 1, "step": step, "epoch": 0, "batch": 1,
+    meta = {"format": checkpoint_checks.FORMAT_NAME, "format_version": 1, "step": step, "epoch": 0, "batch": 1,
             "param_names": list(model.state_dict()), "optimizer": skeleton, "scheduler": sched.state_dict(),
             "rng": None, "config": model.config.to_dict(), "tokenizers": {}, "extra": {"task": "copy"}}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -582,7 +591,7 @@ def test_an_old_npz_checkpoint_is_named_then_converted_with_the_same_numbers(sav
 
 
 def test_a_run_folder_of_npz_files_converts_with_one_command(saved, tmp_path, capsys):
-    from minitransformer.kit.cli.convert import add_convert, cmd_convert
+    from minitransformer.kit.cli.utility import add_convert, cmd_convert
 
     _, model, opt, sched, _ = saved
     tmp_path = tmp_path / "old"
@@ -654,3 +663,18 @@ def test_two_train_commands_on_one_folder_end_with_one_run_and_one_refusal(tmp_p
     assert "is in use by another run" in refusal or "already holds the checkpoints of a run" in refusal, refusal
     runs = {ck.load_checkpoint(p).run for p in ck.checkpoint_files(out)}
     assert len(runs) == 1 and ck.load_checkpoint(os.path.join(out, ck.LATEST)).step == 30
+
+
+def test_pruning_reads_each_step_file_header_once(tmp_path, monkeypatch):
+    """A long run prunes after every save; the run that wrote a step file is read from its header once, not at
+    every save."""
+    reads = []
+    real = ck.run_of
+    monkeypatch.setattr(ck, "run_of", lambda path: reads.append(os.path.basename(str(path))) or real(path))
+    manager = ck.CheckpointManager(tmp_path, keep=2)
+    for step in range(1, 8):
+        manager.save(step, weights={"w": np.full(2, float(step))})
+    step_reads = [r for r in reads if r.startswith("checkpoint-")]
+    assert len(step_reads) == len(set(step_reads)) and len(reads) <= 1 + len(step_reads)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-6.safetensors", "checkpoint-7.safetensors",
+                                            "checkpoint.safetensors"]

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from minitransformer.kit.classroom import CATALOGUE, EXERCISES, TRAIN
+from minitransformer.kit.classroom.exercises import CATALOGUE, EXERCISES, TRAIN
 from minitransformer.kit.classroom.grader import PACKAGE, grade, grade_exercise
 from minitransformer.kit.classroom.maker import make
 from minitransformer.kit.cli import main

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 import minitransformer as mt
-from minitransformer import checkpoint as ck
+from minitransformer.kit.data.tasks import exact_match
+from minitransformer.kit.running import checkpoint as ck
+from minitransformer.kit.running.trainer import Trainer
 from minitransformer.kit.cli import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,8 +110,8 @@ def test_a_command_leaves_the_callers_blas_threads_as_they_were(tmp_path, monkey
     try:
         threads.set_blas_threads(2)
         chosen = []
-        real_fit = mt.train.Trainer.fit
-        monkeypatch.setattr(mt.train.Trainer, "fit", lambda self: chosen.append(threads.blas_threads()) or real_fit(self))
+        real_fit = Trainer.fit
+        monkeypatch.setattr(Trainer, "fit", lambda self: chosen.append(threads.blas_threads()) or real_fit(self))
         assert main(["train", "--task", "copy", "--steps", "1", "--heldout", "5", "--no-plots", "--out",
                      str(tmp_path / "copy"), *SMALL]) == 0
         assert chosen == [1] and threads.blas_threads() == 2
@@ -137,13 +139,13 @@ def test_train_builds_the_fast_tier_or_with_reference_the_core(tmp_path, capsys,
     from minitransformer import decoding, fast
 
     built = []
-    real_fit = mt.train.Trainer.fit
+    real_fit = Trainer.fit
 
     def recording_fit(self):
         built.append(type(self.model))
         return real_fit(self)
 
-    monkeypatch.setattr(mt.train.Trainer, "fit", recording_fit)
+    monkeypatch.setattr(Trainer, "fit", recording_fit)
     out = str(tmp_path / "copy")
     base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", out, *SMALL]
     tier = mt.Transformer if reference else fast.Transformer
@@ -444,7 +446,7 @@ def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys,
 
     def recording_exact_match(model, heldout):
         scored.append(model.state_dict())
-        return mt.tasks.exact_match(model, heldout)
+        return exact_match(model, heldout)
 
     monkeypatch.setattr(runs, "exact_match", recording_exact_match)
     out = str(tmp_path / "copy")
@@ -482,7 +484,8 @@ def test_translate_average_uses_the_mean_of_the_checkpoints(toy_run, capsys):
 
     from minitransformer.kit.cli.common import load_run
     from minitransformer.kit.cli.translate import output_limit
-    from minitransformer.kit.data.task_data import encode_sources, translate_ids
+    from minitransformer.kit.data.batching import translate_ids
+    from minitransformer.kit.data.task_data import encode_sources
 
     sentence = "the dog sees the cat ."
     assert main(["translate", "--checkpoint", toy_run, "--average", "2", "--quiet", sentence]) == 0
@@ -549,7 +552,7 @@ def test_model_switches_of_the_paper_reach_the_config_and_survive_a_resume(tmp_p
     config = json.loads((tmp_path / "switches" / "metrics.json").read_text())["config"]
     assert (config["d_k"], config["d_v"], config["positional"], config["norm_first"]) == (5, 3, "learned", True)
     assert main([*args, "--steps", "3", "--resume"]) == 0
-    saved = mt.load_checkpoint(os.path.join(out, LATEST)).config
+    saved = ck.load_checkpoint(os.path.join(out, LATEST)).config
     assert (saved["d_v"], saved["positional"]) == (3, "learned")
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy
 import pytest
 
-from minitransformer import limits
+from minitransformer.kit import limits
 from minitransformer.kit.cli import main
 from minitransformer.kit.cli.parser import build_parser
 from minitransformer.kit.running import checkpoint as ck
-from minitransformer.kit.running import train as train_module
+from minitransformer.kit.running import checkpoint_checks
+from minitransformer.kit.running import trainer as train_module
 from minitransformer.kit.running.settings import (
     MODEL_OPTIONS,
     check_saved_settings,
@@ -144,7 +145,7 @@ def test_the_largest_model_train_accepts_is_one_the_reader_accepts():
     config = TransformerConfig.preset("tiny", src_vocab_size=limits.bounds("vocab_size")[1],
                                       tgt_vocab_size=limits.bounds("vocab_size")[1], max_len=256,
                                       **{**caps, "num_decoder_layers": caps["num_encoder_layers"]})
-    assert ck.check_config(config.to_dict(), "checkpoint x").to_dict() == config.to_dict()
+    assert checkpoint_checks.check_config(config.to_dict(), "checkpoint x").to_dict() == config.to_dict()
     assert set(MODEL_OPTIONS.values()) - {"positional", "norm_first", "dropout"} == set(MODEL_SIZES)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minitransformer import datasets, toy_grammar
+from minitransformer.kit.data import datasets, toy_grammar
 from minitransformer.kit.data.datasets import (
     download_multi30k,
     load_multi30k,

@@ -21,7 +21,7 @@ import pytest
 from devices import TOLERANCE, use
 
 import minitransformer as mt
-import minitransformer.kit.running.train  # the package does not import its training loop itself: mt.train needs this
+from minitransformer.kit.running.trainer import Trainer
 from minitransformer.kit.data.tasks import (
     SequenceTask,
     TaskBatches,
@@ -335,7 +335,7 @@ def trained():
         model = mt.Transformer(config)
         opt = mt.optim.Adam(model.parameters(), lr=1.0)
         sched = mt.optim.NoamSchedule(opt, config.d_model, warmup=10, factor=0.2)
-        mt.train.Trainer(model, mt.CrossEntropyLoss(0, 0.1), opt, TaskBatches(TASK, 8, 7, seed=3), scheduler=sched,
+        Trainer(model, mt.CrossEntropyLoss(0, 0.1), opt, TaskBatches(TASK, 8, 7, seed=3), scheduler=sched,
                          clip_norm=1.0, max_steps=60, progress=False).fit()
         return config, model.state_dict()
     finally:
@@ -408,7 +408,7 @@ def make_trainer(checkpoint_dir=None, max_steps=12):
     opt = mt.optim.Adam(model.parameters(), lr=1.0, eps=1e-6)
     sched = mt.optim.NoamSchedule(opt, config.d_model, warmup=10, factor=0.2)
     heldout = TASK.heldout(20)
-    return mt.train.Trainer(
+    return Trainer(
         model, mt.CrossEntropyLoss(0, 0.1), opt, TaskBatches(TASK, batch_size=8, batches_per_epoch=5, seed=3),
         scheduler=sched, valid_data=heldout_batches(heldout), clip_norm=1.0, max_steps=max_steps, eval_every=6,
         metric_fn=lambda m: exact_match(m, heldout, max_len=8), checkpoint_dir=checkpoint_dir,

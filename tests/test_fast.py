@@ -41,6 +41,7 @@ from minitransformer import model as M
 from minitransformer.fast import FAST_TWINS, Packing
 from minitransformer.fast import threads as fast_threads
 from minitransformer.fast.optim import CPU_CHUNK
+from minitransformer.kit.running import checkpoint as ck
 from minitransformer.masks import padding_mask, subsequent_mask
 
 PAD = 0
@@ -297,8 +298,8 @@ def test_checkpoints_move_between_the_tiers(float64, rng, tmp_path):
         model = Model(cfg)
         opt = Adam(model.parameters(), lr=1e-2, eps=1e-6)
         train(model, Loss(PAD, 0.1), opt, 2)
-        path = mt.save_checkpoint(tmp_path / f"{first}.npz", weights=model.state_dict(), optimizer=opt.state_dict())
-        loaded = mt.load_checkpoint(path)
+        path = ck.save_checkpoint(tmp_path / f"{first}.npz", weights=model.state_dict(), optimizer=opt.state_dict())
+        loaded = ck.load_checkpoint(path)
         runs = {}
         for tier in (first, second):                          # two more steps in each tier, from the checkpoint
             Model, Loss, Adam = tiers[tier]

@@ -22,7 +22,7 @@ from minitransformer.fast import DataParallel
 from minitransformer.fast.parallel import split_points, trim_padding
 from minitransformer.kit.cli import main
 from minitransformer.kit.data.tasks import SequenceTask, TaskBatches
-from minitransformer.kit.running.train import Trainer
+from minitransformer.kit.running.trainer import Trainer
 
 PAD = 0
 REL_TOL = 1e-10         # float64: the same sums taken in another order (seen: ~1e-15)

@@ -8,7 +8,8 @@ import pytest
 import minitransformer as mt
 from minitransformer import layers as L
 from minitransformer.gradcheck import UPSTREAM_STREAM
-from minitransformer.gradcheck_cases import _SelfAttention, gradcheck_cases
+from minitransformer.gradcheck import SelfAttention
+from minitransformer.kit.cli.utility import gradcheck_cases
 
 
 @pytest.mark.parametrize("seed, shape", [(0, (2, 3, 5)), (7, (2, 3, 5)), (0, (4, 6, 8)), (7, (4, 6, 8))])
@@ -59,7 +60,7 @@ def test_every_layer_passes_on_100_random_seeds_and_shapes(float64):
         for layer in _random_layers(shape[-1], pick):
             report = mt.gradcheck.check(layer, x, seed=seed, max_entries=8)
             assert report.ok, f"seed {seed}, shape {shape}\n{report.table()}"
-        attention = _SelfAttention(L.MultiHeadAttention(shape[-1], 2))
+        attention = SelfAttention(L.MultiHeadAttention(shape[-1], 2))
         mask = mt.masks.subsequent_mask(shape[1])
         report = mt.gradcheck.check(attention, x, mask, seed=seed, max_entries=4)
         assert report.ok, f"seed {seed}, shape {shape}\n{report.table()}"

@@ -24,17 +24,19 @@ import safetensors.numpy
 from safetensors import safe_open
 
 import minitransformer as mt
-from minitransformer import checkpoint as ck
-from minitransformer import datasets, files, limits
+from minitransformer.kit.running import checkpoint as ck
+from minitransformer.kit import files, limits
+from minitransformer.kit.data import datasets
 from minitransformer.kit.cli import main
 from minitransformer.kit.cli.common import (
     CLIError,
     model_from_checkpoint,
     tokenizers_from_checkpoint,
 )
+from minitransformer.kit.data import tokenizers
 from minitransformer.kit.data.tokenizers import WordTokenizer, load_tokenizer, tokenizer_from_json
 from minitransformer.kit.running.runs import save_figure
-from minitransformer.kit.running.train import Trainer
+from minitransformer.kit.running.trainer import Trainer
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
@@ -506,7 +508,7 @@ def test_a_file_size_limit_leaves_the_previous_metrics_whole(tmp_path):
     path.write_text('{"bleu": 27.3}')
     script = textwrap.dedent(f"""
         import resource
-        from minitransformer import files
+        from minitransformer.kit import files
         resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
         try:
             files.write_json({str(path)!r}, {{"history": list(range(5000))}}, "metrics")
@@ -864,4 +866,4 @@ def test_a_tokenizer_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "tokenizer.json"
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="not a regular file"):
-        mt.tokenizers.load_tokenizer(fifo)
+        tokenizers.load_tokenizer(fifo)

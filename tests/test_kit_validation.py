@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import batching, bleu, datasets, tokenizers
+from minitransformer.kit.data import batching, bleu, datasets, tokenizers, vocab
 
 TEXTS = ["the dog runs .", "a cat sleeps", "the cat runs fast !", "dogs and cats"]
 SPECIALS = list(tokenizers.SPECIAL_TOKENS)
@@ -108,4 +108,4 @@ def test_multi30k_missing_directory_names_the_path_and_the_download(tmp_path):
 
 def test_special_ids_are_the_models_defaults():
     cfg = mt.TransformerConfig(10, 10)
-    assert (cfg.pad_id, cfg.bos_id, cfg.eos_id) == (mt.PAD, mt.BOS, mt.EOS)
+    assert (cfg.pad_id, cfg.bos_id, cfg.eos_id) == (vocab.PAD, vocab.BOS, vocab.EOS)

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import budget, decoding, limits
+from minitransformer import budget, decoding
+from minitransformer.kit import limits
+from minitransformer.kit.data.batching import largest_batch
 from minitransformer.fast.parallel import DataParallel
 from minitransformer.kit.cli import main
 from minitransformer.kit.data import datasets
@@ -96,8 +98,6 @@ def test_huge_beams_and_worker_counts_are_refused_at_once(call, refusal):
         import numpy as np, minitransformer as mt
         from minitransformer import decoding
         from minitransformer.fast.parallel import DataParallel
-from minitransformer.kit.cli import main
-from minitransformer.kit.data import datasets
         model = mt.Transformer(mt.TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=8, num_heads=2,
                                                     num_encoder_layers=1, num_decoder_layers=1, d_ff=8))
         src = np.full((2, 5), 5)
@@ -140,12 +140,12 @@ def test_a_gzip_bomb_is_refused_at_the_limit_with_memory_near_it(tmp_path, line,
     assert out.returncode == 0, out.stderr
     if limit == "LINE":
         assert out.stdout.strip() == (f"{path}, line 1: more than {limits.MAX_LINE_CHARS:,} characters, the most a "
-                                      f"line of a corpus may hold (minitransformer.limits.MAX_LINE_CHARS): refused")
+                                      f"line of a corpus may hold (minitransformer.kit.limits.MAX_LINE_CHARS): refused")
         return
     what = {"CHARS": "characters", "LINES": "lines"}[limit]
     assert out.stdout.strip() == (f"{path}: more than {getattr(limits, 'MAX_CORPUS_' + limit):,} {what} once "
                                   f"decompressed, the most a corpus file may hold "
-                                  f"(minitransformer.limits.MAX_CORPUS_{limit}): refused")
+                                  f"(minitransformer.kit.limits.MAX_CORPUS_{limit}): refused")
 
 
 @pytest.mark.parametrize("error, shown", [
@@ -165,7 +165,7 @@ def test_running_out_of_memory_says_what_ran_out_or_where(tmp_path, monkeypatch,
 
 def test_the_budget_is_4_gib_unless_the_environment_or_the_argument_says_otherwise(monkeypatch):
     monkeypatch.delenv(budget.ENV, raising=False)
-    assert budget.memory_budget() == limits.MEMORY_BUDGET == 4 << 30
+    assert budget.memory_budget() == budget.MEMORY_BUDGET == 4 << 30
     for text, expected in (("16G", 16 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("123", 123),
                            ("2t", 2 << 40), (" 64 KB ", 64 << 10)):
         monkeypatch.setenv(budget.ENV, text)
@@ -277,13 +277,13 @@ def test_int_in_names_the_bound_that_was_passed():
 def test_largest_batch_is_the_edge_of_what_check_decoding_lets_through():
     model = mt.Transformer(config(max_len=300))
     for src_len, out_len, beam, allowed in ((200, 250, 1, 50 << 20), (20, 70, 4, 3 << 20), (250, 300, 8, 1 << 20)):
-        b = budget.largest_batch(model, src_len, out_len, beam, budget=allowed)
+        b = largest_batch(model, src_len, out_len, beam, budget=allowed)
         if b:
             budget.check_decoding("f", model, b, src_len, out_len, beam, budget=allowed)
         with pytest.raises(budget.BudgetError):
             budget.check_decoding("f", model, b + 1, src_len, out_len, beam, budget=allowed)
-    assert budget.largest_batch(model, 250, 300, 8, budget=1 << 20) == 0
-    assert budget.largest_batch(model, 20, 70, 4, budget=3 << 20) > 1
+    assert largest_batch(model, 250, 300, 8, budget=1 << 20) == 0
+    assert largest_batch(model, 20, 70, 4, budget=3 << 20) > 1
 
 
 def test_train_refuses_a_model_past_the_budget_in_one_line_before_building_it(tmp_path):
@@ -305,7 +305,7 @@ def test_train_refuses_a_model_past_the_budget_in_one_line_before_building_it(tm
 def test_translating_many_long_lines_batches_them_within_the_budget(monkeypatch):
     """translate_ids sizes its batches so that each decoding call passes the budget that the longest source sets:
     with a budget that fits the weights and five sources, twelve sources go in batches of at most five."""
-    from minitransformer.kit.data.task_data import translate_ids
+    from minitransformer.kit.data.batching import translate_ids
 
     model = mt.Transformer(config()).eval()
     itemsize = model.parameters()[0].data.dtype.itemsize

@@ -12,7 +12,7 @@ import pytest
 
 import minitransformer as mt
 from minitransformer.kit.data.tasks import FIRST_SYMBOL, heldout_batches
-from minitransformer.kit.data.tokenizers import EOS
+from minitransformer.kit.data.vocab import EOS
 from minitransformer.optim import NoamSchedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))

@@ -11,19 +11,13 @@ import pytest
 
 from minitransformer.kit.data import datasets, tokenizers
 from minitransformer.kit.data.tokenizers import (
-    BOS,
-    EOS,
-    PAD,
-    SPECIAL_TOKENS,
-    UNK,
     BPETokenizer,
-    Vocab,
     WordTokenizer,
     load_tokenizer,
     readable_tokens,
-    split_pieces,
     tokenizer_from_dict,
 )
+from minitransformer.kit.data.vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, split_pieces
 
 # Sennrich et al.'s example: low x5, lower x2, newest x6, widest x3.
 SENNRICH = ["low " * 5 + "lower " * 2 + "newest " * 6 + "widest " * 3]

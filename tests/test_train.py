@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import checkpoint as ck
+from minitransformer.kit import files
+from minitransformer.kit.running import checkpoint as ck
 from minitransformer.kit.data.batching import BucketBatcher
 from minitransformer.kit.data.tasks import (
     SequenceTask,
@@ -23,7 +24,7 @@ from minitransformer.kit.data.tasks import (
     exact_match,
     make_pairs,
 )
-from minitransformer.kit.running.train import NonFiniteError, Trainer
+from minitransformer.kit.running.trainer import NonFiniteError, Trainer
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.optim import Adam, NoamSchedule
@@ -76,7 +77,7 @@ def test_tasks_are_deterministic_and_correct():
 
 
 def test_the_tasks_docstring_example_is_true():
-    from minitransformer import tasks
+    from minitransformer.kit.data import tasks
 
     results = doctest.testmod(tasks)
     assert results.attempted >= 1 and results.failed == 0
@@ -380,7 +381,7 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(tmp_path):
 KILL_DURING_SAVE = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {tests!r})
-    from minitransformer import checkpoint as ck
+    from minitransformer.kit.running import checkpoint as ck
     import test_train
 
     calls = []
@@ -406,7 +407,7 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path)
     proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, timeout=120, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     names = sorted(os.listdir(out))
-    assert any(n.endswith(ck.TEMP_SUFFIX) for n in names)          # the half-written file, never renamed
+    assert any(n.endswith(files.TEMP_SUFFIX) for n in names)          # the half-written file, never renamed
     latest = ck.load_checkpoint(os.path.join(out, "checkpoint.safetensors"))
     assert latest.step == 5
     # a new run in the same folder resumes from it and clears the dead writer's temporary file
@@ -414,7 +415,7 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path)
     trainer.resume(out)
     trainer.fit()
     assert trainer.step == 7
-    assert not any(n.endswith(ck.TEMP_SUFFIX) for n in os.listdir(out))
+    assert not any(n.endswith(files.TEMP_SUFFIX) for n in os.listdir(out))
 
 
 # ------------------------------------------------------------------------------------------ what a run records
@@ -437,8 +438,8 @@ def test_validation_loss_weighs_every_target_token_alike():
 def test_a_long_run_keeps_its_history_within_the_metadata_cap(tmp_path):
     """1.5 million steps, and evaluations every 10: every step's row would take the metadata past the reader's cap;
     the kept rows span the run evenly, the newest rows whole, and the checkpoint writes and reads back."""
-    from minitransformer.kit.running import train
-    from minitransformer.limits import MAX_META_BYTES
+    from minitransformer.kit.running import trainer as train
+    from minitransformer.kit.limits import MAX_META_BYTES
 
     steps, every = 1_500_000, 10
     trainer = make_trainer(tmp_path, max_steps=1)
@@ -468,7 +469,7 @@ def test_a_long_run_keeps_its_history_within_the_metadata_cap(tmp_path):
 def test_a_thinned_history_is_the_same_after_a_resume(tmp_path, monkeypatch):
     """The thinning reads only the rows and the step: a run stopped and resumed keeps the very rows of one that
     was never stopped (here with a cap of 4 rows and 3 newest, so 23 steps thin it three times)."""
-    from minitransformer.kit.running import train
+    from minitransformer.kit.running import trainer as train
 
     monkeypatch.setattr(train, "HISTORY_ROWS", 4)
     monkeypatch.setattr(train, "RECENT_ROWS", 3)

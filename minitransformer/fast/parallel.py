@@ -13,11 +13,13 @@ import itertools
 import numpy
 
 from .. import backend, budget, checks
-from ..limits import INT_SETTINGS
 from ..module import Module
 from .optim import CPU_CHUNK
 from .threads import get_num_threads, parallel_map
 
+
+# Far beyond any machine's cores; a count past it is a typo, refused before a replica is made.
+MAX_WORKERS = 1024
 
 class DataParallel:
     """The forward and backward of a training step on B sentences, split across ``workers`` model replicas
@@ -49,7 +51,7 @@ class DataParallel:
     """
 
     def __init__(self, model, loss_fn, workers: int = 2):
-        self.workers = checks.int_in("DataParallel", "workers", workers, *INT_SETTINGS["workers"])
+        self.workers = checks.int_in("DataParallel", "workers", workers, 1, MAX_WORKERS)
         if not isinstance(model, Module):
             raise TypeError(f"DataParallel: model must be a Module (forward(src, tgt_in) -> logits), "
                             f"got {type(model).__name__}")
@@ -57,7 +59,9 @@ class DataParallel:
                 not hasattr(loss_fn, "ignore_index"):
             raise TypeError(f"DataParallel: loss_fn must be a CrossEntropyLoss (forward, backward, ignore_index), "
                             f"got {type(loss_fn).__name__}")
-        budget.check_replicas("DataParallel", model, self.workers)          # each replica has its own grads
+        grads = sum(int(p.data.nbytes) for p in model.parameters())        # each extra replica has its own
+        budget.check("DataParallel", {"the replicas' gradients": (self.workers - 1) * grads},
+                     f"{self.workers} model replicas")
         self.model, self.loss_fn = model, loss_fn
         self.replicas = [model] + [self._replicate(model) for _ in range(self.workers - 1)]
         self.params = model.parameters()

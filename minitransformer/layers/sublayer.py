@@ -15,9 +15,9 @@ class SublayerConnection(Module):
     The sublayer (attention or feed-forward) is passed in as a function, so one class wraps all of them:
         x = self.sublayer(x, self.ffn.forward)                      # forward
         dx = self.sublayer.backward(dout, self.ffn.backward)        # backward
-    ``sublayer_backward`` maps d(sublayer output) to d(sublayer input). A sublayer that reads more than x runs
-    its backward between the two halves, ``backward_to_sublayer`` and ``backward_from_sublayer``, and keeps its
-    other gradients (DecoderLayer's cross-attention reads the memory too).
+    ``sublayer_backward`` maps d(sublayer output) to d(sublayer input). A sublayer that reads more than x (the
+    decoder's cross-attention reads the memory too) returns (d(its x input), its other gradient), and backward
+    returns (dx, that gradient).
     The residual is explicit in backward: the gradient flows both through the sublayer and around it.
     Cache: held by the LayerNorm and Dropout children.
     """
@@ -36,21 +36,18 @@ class SublayerConnection(Module):
         self.save_for_backward(out)
         return out
 
-    def backward(self, dout, sublayer_backward):               # dout (B,T,D) -> dx (B,T,D)
-        dsublayer, daround = self.backward_to_sublayer(dout)
-        return self.backward_from_sublayer(daround, sublayer_backward(dsublayer))
-
-    def backward_to_sublayer(self, dout):                      # dout -> d(sublayer output), d(around it)  (B,T,D)
+    def backward(self, dout, sublayer_backward):               # dout (B,T,D) -> dx (B,T,D) [, other gradient]
         self.saved(dout)
         if self.norm_first:                                    # out = x + Dropout(f(LN(x)))
-            return self.dropout.backward(dout), dout
-        dsum = self.norm.backward(dout)                        # out = LN(x + Dropout(f(x))): d(x + Dropout(f(x)))
-        return self.dropout.backward(dsum), dsum
-
-    def backward_from_sublayer(self, daround, dsublayer_input):   # (B,T,D) each -> dx = around + through
-        if self.norm_first:                                    # the sublayer read LN(x): back through LN too
-            return daround + self.norm.backward(dsublayer_input)
-        return daround + dsublayer_input
+            grads = sublayer_backward(self.dropout.backward(dout))
+            dinput, *other = grads if isinstance(grads, tuple) else (grads,)
+            dx = dout + self.norm.backward(dinput)             # around + through (f read LN(x): back through LN)
+        else:                                                  # out = LN(x + Dropout(f(x)))
+            dsum = self.norm.backward(dout)                    # d(x + Dropout(f(x)))
+            grads = sublayer_backward(self.dropout.backward(dsum))
+            dinput, *other = grads if isinstance(grads, tuple) else (grads,)
+            dx = dsum + dinput                                 # around + through
+        return (dx, *other) if other else dx
 
     def extra_repr(self):
         return f"norm_first={self.norm_first}"

@@ -4,16 +4,13 @@ pass by accident; token batches carry padding, one source is padding alone (its 
 
 from __future__ import annotations
 
-import importlib
-
 B, S, T, D, H, F, V = 3, 7, 5, 6, 2, 11, 13
 
 
 def cases(mt, name: str, rng) -> list:
     """[(label, module, inputs)] for the exercise ``name`` ('linear' also serves 'linear.forward'), built
     with the package ``mt``; call after ``mt.set_default_dtype("float64")``."""
-    L, masks, model = mt.layers, mt.masks, mt.model
-    wrap = importlib.import_module(f"{mt.__name__}.gradcheck_cases")     # modules of one input
+    L, masks, model, wrap = mt.layers, mt.masks, mt.model, mt.gradcheck     # wrap: modules of one input
 
     def x(*shape):
         return rng.standard_normal(shape)
@@ -48,15 +45,15 @@ def cases(mt, name: str, rng) -> list:
              (x(B, H, T, 3), x(B, H, T, 3), x(B, H, T, 3), tgt_mask))],
         "multihead": lambda: [
             ("cross-attention", L.MultiHeadAttention(D, H), (x(B, T, D), x(B, S, D), x(B, S, D), src_mask)),
-            ("self-attention, causal", wrap._SelfAttention(L.MultiHeadAttention(D, H)), (x(B, T, D), tgt_mask))],
-        "sublayer": lambda: [("post-LN around an FFN", wrap._Residual(D, F), (x(B, T, D),)),
-                             ("pre-LN around an FFN", wrap._Residual(D, F, norm_first=True), (x(B, T, D),))],
+            ("self-attention, causal", wrap.SelfAttention(L.MultiHeadAttention(D, H)), (x(B, T, D), tgt_mask))],
+        "sublayer": lambda: [("post-LN around an FFN", wrap.AroundFFN(D, F), (x(B, T, D),)),
+                             ("pre-LN around an FFN", wrap.AroundFFN(D, F, norm_first=True), (x(B, T, D),))],
         "encoder_layer": lambda: [("EncoderLayer, dropout 0.1", model.EncoderLayer(D, H, F, dropout=0.1),
                                    (x(B, S, D), src_mask))],
         "decoder_layer": lambda: [("DecoderLayer", model.DecoderLayer(D, H, F),
                                    (x(B, T, D), x(B, S, D), tgt_mask, src_mask))],
         "transformer": lambda: [("Transformer, shared and tied embeddings", model.Transformer(config), (src, tgt))],
-        "loss": lambda: [("CrossEntropyLoss, smoothing 0.1, padding", wrap._LossModule(loss, ids(B, T, 0, V)),
+        "loss": lambda: [("CrossEntropyLoss, smoothing 0.1, padding", wrap.LossOfLogits(loss, ids(B, T, 0, V)),
                           (x(B, T, V),))],
     }
     built = build[name.split(".")[0]]()

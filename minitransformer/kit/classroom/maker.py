@@ -15,15 +15,31 @@ import minitransformer
 from .exercises import PARTS, TRAIN, choose
 from .grader import PACKAGE
 
+COMPARISONS = "# COMPARISONS:"     # where layers/__init__.py's imports of the comparison layers begin
 INIT = '''"""Your copy of minitransformer's core: the Transformer of "Attention Is All You Need" in NumPy.
 Shape letters: B batch, S source length, T target length, D d_model, H heads, Dk head size, F d_ff, V vocabulary."""
 
-from . import backend, decoding, gradcheck, gradcheck_cases, layers, masks, model, optim
+from . import backend, decoding, gradcheck, layers, masks, model, optim
 from .backend import get_default_dtype, manual_seed, set_backend, set_default_dtype, to_numpy
 from .loss import CrossEntropyLoss
 from .model import Transformer, TransformerConfig
 from .module import Module, ModuleList, Parameter
 '''
+
+
+def core_files() -> dict:
+    """{file under the package: text} of exactly the core, as a student receives it: the package's top-level modules
+    and layers/, without the layers kept only for the paper's comparisons (layers/__init__.py ends above them); the
+    fast tier and the kit live in folders of their own, which stay out."""
+    root = Path(minitransformer.__file__).parent
+    layers_init = (root / "layers" / "__init__.py").read_text()
+    comparisons = layers_init[layers_init.index(COMPARISONS):]
+    files = {"__init__.py": INIT, "layers/__init__.py": layers_init[:layers_init.index(COMPARISONS)].rstrip() + "\n"}
+    for path in [*root.glob("*.py"), *root.glob("layers/*.py")]:
+        file = path.relative_to(root).as_posix()
+        if file not in files and file != "__main__.py" and f"from .{path.stem} import" not in comparisons:
+            files[file] = path.read_text()
+    return dict(sorted(files.items()))
 
 
 def stub(text: str, file: str, exercises: list, solutions: bool) -> str:
@@ -80,13 +96,9 @@ def make(directory, exercises=None, solutions: bool = False) -> list:
         raise FileExistsError(f"classroom make: {directory} already exists and is not an empty folder; "
                               f"give a new folder (nothing there is overwritten)")
     root, here = Path(minitransformer.__file__).parent, Path(__file__).parent
-    # The package's top-level modules (the core and the few it imports: backend, checks, ...) and layers/; the kit
-    # and the fast tier live in folders of their own, which stay out.
-    for path in [p for p in root.glob("*.py") if p.stem not in ("__init__", "__main__")] + [*root.glob("layers/*.py")]:
-        file = path.relative_to(root).as_posix()
+    for file, text in core_files().items():
         (directory / PACKAGE / file).parent.mkdir(parents=True, exist_ok=True)
-        (directory / PACKAGE / file).write_text(stub(path.read_text(), file, chosen, solutions))
-    (directory / PACKAGE / "__init__.py").write_text(INIT)
+        (directory / PACKAGE / file).write_text(stub(text, file, chosen, solutions))
     for file in ("cases.py", "check.py", "train_copy.py"):
         shutil.copyfile(here / file, directory / file)
     parts = sorted({e.part for e in chosen})

@@ -1,6 +1,6 @@
 """The command line, ``minitransformer COMMAND`` (or ``python -m minitransformer COMMAND``); ``--help`` on each.
 parser.py registers the commands and their options, a module per command runs it. A mistake in what the user
-typed or gave (an option out of its range in ``minitransformer.limits``, a missing or crafted checkpoint) is one
+typed or gave (an option out of its range in ``minitransformer.kit.limits``, a missing or crafted checkpoint) is one
 line and exit code 2, never a traceback (MINITRANSFORMER_TRACEBACK=1 shows one)."""
 
 import contextlib
@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from minitransformer.fast.threads import blas_threads, set_blas_threads
-from minitransformer.kit.running.train import NonFiniteError
+from minitransformer.kit.running.trainer import NonFiniteError
 
 from .common import CLIError
 from .parser import build_parser

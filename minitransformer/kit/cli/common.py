@@ -4,10 +4,10 @@ import argparse
 import os
 import sys
 
-from minitransformer import budget, limits
+from minitransformer.kit import limits
 from minitransformer.kit.data.tokenizers import tokenizer_from_dict
 from minitransformer.kit.running import checkpoint as ckpt
-from minitransformer.kit.running.files import parse_json
+from minitransformer.kit.files import parse_json
 from minitransformer.kit.running.runs import tier
 from minitransformer.model import TransformerConfig
 
@@ -66,8 +66,7 @@ def model_from_checkpoint(ck, weights=None):
     if ck.config is None:
         raise CLIError(f"checkpoint {ck.path} holds no model config")
     config = TransformerConfig.from_dict(ck.config)
-    budget.check_model(config, owner=f"checkpoint {ck.path}")      # the memory it needs, refused before it is built
-    model = tier(reference=False)[0](config)
+    model = tier(reference=False)[0](config)                        # refused before it is built if it would not fit
     try:
         model.load_state_dict(ck.weights if weights is None else weights)
     except ValueError as err:

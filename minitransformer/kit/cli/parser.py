@@ -1,5 +1,5 @@
-"""The options of every command (classroom's and convert's sit in their modules), each number parsed into its range
-in ``minitransformer.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2.
+"""The options of every command (classroom's and convert's sit beside their commands), each number parsed into its range
+in ``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2.
 ``COMMANDS`` registers each command: its options, and ``set_defaults(run=...)`` for what runs it."""
 
 import argparse
@@ -8,13 +8,12 @@ from minitransformer import __version__
 from minitransformer.kit.data import datasets
 from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
-from .classroom import add_classroom
 from .common import option
-from .convert import add_convert
 from .evaluate import cmd_evaluate
-from .gradcheck import cmd_gradcheck
+from .teaching import add_classroom
 from .train import cmd_train
 from .translate import cmd_translate
+from .utility import add_convert, cmd_gradcheck
 
 
 def _add_train(sub) -> None:

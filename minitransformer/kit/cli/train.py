@@ -12,14 +12,15 @@ from minitransformer import backend
 from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.running import runs
-from minitransformer.kit.running.files import check_writable, write_json
+from minitransformer.kit.files import check_writable, write_json
 from minitransformer.kit.running.settings import (
     MODEL_OPTIONS,
     OPTIONAL_SAVED,
+    check_complete,
     check_saved_settings,
     task_settings,
 )
-from minitransformer.kit.running.train import full_config
+from minitransformer.kit.running.checkpoint_checks import full_config
 
 from .common import CLIError, tokenizers_from_checkpoint
 
@@ -113,7 +114,9 @@ def plan_run(args) -> Run:
         run.settings = _resumed_settings(run.settings, typed, run.resume_from)
     elif resume:
         print(f"--resume: no checkpoint in {out} yet: starting from scratch", file=sys.stderr)
-    settings = run.settings = check_saved_settings(run.settings, task, "train", complete=True)  # as resume will
+    if run.resume_from is None:                            # a fresh run saves only what a resume will accept
+        run.settings = check_saved_settings(run.settings, task, "train", complete=True)
+    settings = run.settings
     if settings["average"] > settings["keep"]:
         raise CLIError(f"--average {settings['average']} needs that many step checkpoints kept: --keep must "
                        f"be at least {settings['average']}, got {settings['keep']}")
@@ -140,7 +143,7 @@ def _resumed_settings(settings: dict, typed: dict, resume_from) -> dict:
     saved, task = resume_from.extra.get("settings"), settings["task"]
     if not isinstance(saved, dict) or saved.get("task") != task:
         raise CLIError(f"--resume: {resume_from.path} is not a checkpoint of a `train --task {task}` run")
-    saved = check_saved_settings(saved, task, f"checkpoint {resume_from.path}", complete=True)
+    check_complete(saved, task, f"checkpoint {resume_from.path}")    # its values were checked as it was read
     overrides = {k: settings[k] for k in RESUMABLE_OVERRIDES if k in typed and k not in THIS_COMMAND_ONLY}
     if "steps" in typed or "epochs" in typed:              # one replaces the other (exclusive options)
         overrides["steps"], overrides["epochs"] = settings["steps"], settings["epochs"]

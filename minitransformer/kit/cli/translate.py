@@ -6,7 +6,8 @@ model that did not understand its input from repeating a word for long."""
 import sys
 
 from minitransformer import decoding
-from minitransformer.kit.data.task_data import encode_sources, translate_ids
+from minitransformer.kit.data.batching import translate_ids
+from minitransformer.kit.data.task_data import encode_sources
 from minitransformer.kit.running.runs import choose_blas_threads
 
 from .common import CLIError, load_run

@@ -10,13 +10,15 @@ Arrays are int64 NumPy on the host (the model moves them); padding (id 0) only e
 
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import dataclass
 
 import numpy
 
-from minitransformer import backend, checks
-from minitransformer.kit.data.tokenizers import BOS, EOS, PAD
+from minitransformer import backend, checks, decoding
+from minitransformer.budget import decoding_parts, memory_budget, parameter_count
+from minitransformer.kit.data.vocab import BOS, EOS, PAD
 
 
 @dataclass
@@ -193,3 +195,35 @@ class BucketBatcher(ResumableBatches):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self._plan_epoch, self._plan = None, None  # the seed may have changed: plan again
+
+
+def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_size: int = 100,
+                  length_limit=None) -> list:
+    """The output ids of each source id list (batched, sorted by length), in input order.
+    length_limit(S) -> the most tokens generated for a source of S tokens (the batches then hold sources of one
+    length each); None: decoding's default, S + 50 (the paper's, §6.1)."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    if encoded:                           # as many sentences at once as the memory budget lets the longest take
+        longest = len(encoded[order[-1]])
+        out_len = longest + 50 if length_limit is None else length_limit(longest)
+        batch_size = max(1, min(batch_size, largest_batch(model, longest, out_len, beam_size)))
+    out = [None] * len(encoded)
+    same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
+    groups = [list(g) for _, g in itertools.groupby(order, same)]
+    for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
+        src = collate([(encoded[i], []) for i in idx], pad_id=model.config.pad_id).src           # (B,S)
+        max_len = None if length_limit is None else length_limit(src.shape[1])
+        hyps = (decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=max_len) if beam_size > 1
+                else decoding.greedy_decode(model, src, max_len=max_len))
+        for i, h in zip(idx, hyps):
+            out[i] = h
+    return out
+
+
+def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:
+    """The most sources of src_len tokens ``budget.check_decoding`` lets through at once (0: not one); every part
+    but the weights grows in proportion to the batch."""
+    itemsize = model.parameters()[0].data.dtype.itemsize
+    weights = 2 * parameter_count(model.config) * itemsize
+    per_source = sum(decoding_parts(model.config, 1, src_len, out_len, beam, naive, itemsize).values())
+    return max(0, (memory_budget(budget) - weights) // per_source)

@@ -11,9 +11,9 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from minitransformer import limits
+from minitransformer.kit import limits
 from minitransformer.kit.data import toy_grammar
-from minitransformer.kit.running.files import atomic_write, open_regular
+from minitransformer.kit.files import atomic_write, open_regular
 
 REPO_ROOT = Path(__file__).resolve().parents[3]       # minitransformer/kit/data/datasets.py -> the repository
 TOY_DIR = REPO_ROOT / "data" / "toy"
@@ -44,14 +44,15 @@ def _read_lines(path: Path) -> list[str]:
                 chars += len(line)
                 lines.append(line.strip())
                 if len(line.removesuffix("\n")) > limits.MAX_LINE_CHARS:
-                    raise ValueError(f"{path}, line {len(lines)}: more than {limits.MAX_LINE_CHARS:,} characters, the "
-                                     "most a line of a corpus may hold (minitransformer.limits.MAX_LINE_CHARS): refused")
+                    raise ValueError(f"{path}, line {len(lines)}: more than {limits.MAX_LINE_CHARS:,} characters, "
+                                     "the most a line of a corpus may hold (minitransformer.kit.limits.MAX_LINE_CHARS): "
+                                     "refused")
                 for count, name, what in ((chars, "MAX_CORPUS_CHARS", "characters"),
                                           (len(lines), "MAX_CORPUS_LINES", "lines")):
                     if count > getattr(limits, name):
                         raise ValueError(f"{path}: more than {getattr(limits, name):,} {what}"
                                          f"{' once decompressed' if gzipped else ''}, the most a corpus file may hold "
-                                         f"(minitransformer.limits.{name}): refused")
+                                         f"(minitransformer.kit.limits.{name}): refused")
                 try:
                     line.encode("utf-8")                        # only a byte that was not UTF-8 cannot go back
                 except UnicodeEncodeError as err:

@@ -3,18 +3,17 @@ build it), and a translation model's scoring: its sources encoded, decoded in ba
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
-from minitransformer import budget, decoding
 from minitransformer.model import TransformerConfig
 
 from . import datasets
-from .batching import BucketBatcher, collate
+from .batching import BucketBatcher, collate, translate_ids
 from .bleu import corpus_bleu
 from .tasks import TASKS as SEQUENCE_TASKS
 from .tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
-from .tokenizers import UNK, BPETokenizer, WordTokenizer
+from .tokenizers import BPETokenizer, WordTokenizer
+from .vocab import UNK
 
 TRANSLATION_MAX_LEN = 256          # positions of a translation model; longer pairs are left out of training
 VALID_SENTENCES = 200              # BLEU during training on at most this many valid sentences: decoding is slow
@@ -114,29 +113,6 @@ def encode_sources(model, src_tok, texts) -> list:
     """Each text's source ids as the model reads them: at most config.max_len tokens (the rest is cut), and an
     empty text as one <unk> (the encoder needs a token)."""
     return [src_tok.encode(text)[: model.config.max_len] or [UNK] for text in texts]
-
-
-def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_size: int = 100,
-                  length_limit=None) -> list:
-    """The output ids of each source id list (batched, sorted by length), in input order.
-    length_limit(S) -> the most tokens generated for a source of S tokens (the batches then hold sources of one
-    length each); None: decoding's default, S + 50 (the paper's, §6.1)."""
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    if encoded:                           # as many sentences at once as the memory budget lets the longest take
-        longest = len(encoded[order[-1]])
-        out_len = longest + 50 if length_limit is None else length_limit(longest)
-        batch_size = max(1, min(batch_size, budget.largest_batch(model, longest, out_len, beam_size)))
-    out = [None] * len(encoded)
-    same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
-    groups = [list(g) for _, g in itertools.groupby(order, same)]
-    for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
-        src = collate([(encoded[i], []) for i in idx], pad_id=model.config.pad_id).src           # (B,S)
-        max_len = None if length_limit is None else length_limit(src.shape[1])
-        hyps = (decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=max_len) if beam_size > 1
-                else decoding.greedy_decode(model, src, max_len=max_len))
-        for i, h in zip(idx, hyps):
-            out[i] = h
-    return out
 
 
 def bleu_of(model, src_tok, tgt_tok, pairs, lowercase: bool, beam_size: int = 1, alpha: float = 0.6) -> tuple:

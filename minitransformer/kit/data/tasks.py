@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy
 
 from minitransformer import checks
-from minitransformer.kit.data.batching import Batch, ResumableBatches, collate
+from minitransformer.kit.data.batching import Batch, ResumableBatches, collate, translate_ids
 
 FIRST_SYMBOL = 4                      # after <pad>, <bos>, <eos>, <unk>
 HELDOUT_SEED = 1_000_003
@@ -101,8 +101,6 @@ def exact_match(model, pairs: list, batch_size: int = 250, max_len: int | None =
                 alpha: float = 0.6) -> float:
     """Fraction of pairs whose decoding (greedy, or beam search if beam_size > 1) equals the target exactly, at most
     max_len tokens (default: source length + 2) decoded per pair; the model is left in eval mode."""
-    from .task_data import translate_ids  # imported here: task_data imports this module
-
     if not pairs:
         raise ValueError("exact_match: pairs must hold at least one (src, tgt) pair, got none")
     model.eval()

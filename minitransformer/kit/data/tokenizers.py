@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy
 
-from minitransformer import checks, limits
+from minitransformer import checks
 from minitransformer.kit.data.vocab import (
     BOS,
     END_OF_WORD,
@@ -27,7 +27,7 @@ from minitransformer.kit.data.vocab import (
     Vocab,
     split_pieces,
 )
-from minitransformer.kit.running import files
+from minitransformer.kit import files, limits
 
 MAX_LEARN_CHARS = 32     # longer pieces are learned from in parts (``_learning_chunks``) and not cached
 
@@ -351,7 +351,7 @@ def check_size(text, where: str):
     if isinstance(text, (str, bytes)) and (len(text) > cap or isinstance(text, str) and
                                            len(text.encode("utf-8", "surrogatepass")) > cap):
         raise ValueError(f"{where}: more than {cap:,} bytes, the most a tokenizer's JSON may be "
-                         f"(minitransformer.limits.MAX_TOKENIZER_BYTES): refused unread")
+                         f"(minitransformer.kit.limits.MAX_TOKENIZER_BYTES): refused unread")
     return text
 
 

@@ -27,10 +27,8 @@ import safetensors.numpy
 from minitransformer import backend
 from minitransformer.checks import positive_int
 from minitransformer.kit.running import checkpoint_checks as checks
-from minitransformer.kit.running import files
+from minitransformer.kit import files
 
-TEMP_SUFFIX, FORMAT_NAME, FORMAT_VERSION = files.TEMP_SUFFIX, checks.FORMAT_NAME, checks.FORMAT_VERSION
-check_config = checks.check_config                                                      # public here too
 SUFFIX = ".safetensors"
 LATEST = "checkpoint" + SUFFIX
 _STEP_FILE = re.compile(r"^checkpoint-(\d+)\.safetensors$")
@@ -58,24 +56,19 @@ class Checkpoint:
 
 def _flatten(obj, prefix: str, tensors: dict):
     """A JSON-able skeleton of ``obj``, its arrays in ``tensors`` as ``prefix/<n>``. NumPy scalars too: a float32
-    must come back a float32 for exact resume. Tuples and dicts with non-str or "__" keys are tagged."""
+    must come back a float32 for exact resume. What a state_dict() holds: lists, and dicts with str keys."""
     if isinstance(obj, (numpy.ndarray, numpy.generic)) or hasattr(obj, "__cuda_array_interface__"):
         key = f"{prefix}/{len(tensors)}"
         tensors[key] = backend.to_numpy(obj)
         return {"__array__": key, "scalar": isinstance(obj, numpy.generic)}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
-    if isinstance(obj, (list, tuple)):
-        items = [_flatten(v, prefix, tensors) for v in obj]
-        return {"__tuple__": items} if isinstance(obj, tuple) else items
-    if isinstance(obj, dict):
-        if all(isinstance(k, str) and not k.startswith("__") for k in obj):
-            return {k: _flatten(v, prefix, tensors) for k, v in obj.items()}
-        if any(isinstance(k, bool) or not isinstance(k, (str, int)) for k in obj):
-            raise TypeError(f"save_checkpoint: state dict keys must be str or int, under {prefix!r}")
-        return {"__dict__": [[k, _flatten(v, prefix, tensors)] for k, v in obj.items()]}
-    raise TypeError(f"save_checkpoint: cannot store a {type(obj).__name__} under {prefix!r}: "
-                    "state must be arrays, numbers, strings, None, lists, tuples and dicts")
+    if isinstance(obj, list):
+        return [_flatten(v, prefix, tensors) for v in obj]
+    if isinstance(obj, dict) and all(isinstance(k, str) and not k.startswith("__") for k in obj):
+        return {k: _flatten(v, prefix, tensors) for k, v in obj.items()}
+    raise TypeError(f"save_checkpoint: cannot store a {type(obj).__name__} under {prefix!r}: state must be arrays, "
+                    "numbers, strings, None, lists and dicts whose keys are str (not starting with '__')")
 
 
 def _digest(metadata: dict, tensors: dict) -> str:
@@ -98,7 +91,7 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     if run is not None and not (isinstance(run, str) and 0 < len(run) <= 64):
         raise ValueError(f"save_checkpoint: run must be a short non-empty str (the run's id), got {run!r:.60}")
     count = {k: checks.count(v, k, "save_checkpoint") for k, v in zip(("step", "epoch", "batch"), (step, epoch, batch))}
-    meta = {"format": FORMAT_NAME, "format_version": checks.FORMAT_VERSION, **count, "param_names": list(weights),
+    meta = {"format": checks.FORMAT_NAME, "format_version": checks.FORMAT_VERSION, **count, "param_names": list(weights),
             "optimizer": None if optimizer is None else _flatten(optimizer, "optim", tensors),
             "scheduler": None if scheduler is None else _flatten(scheduler, "sched", tensors),
             "rng": rng, "config": config, "tokenizers": dict(tokenizers or {}), "extra": dict(extra or {})}
@@ -245,6 +238,7 @@ class CheckpointManager:
 
     def __init__(self, directory, keep: int = 5):
         self.directory, self.run = os.fspath(directory), None
+        self._seen = {}                # step file -> whether this run wrote it, from its header read once
         self.keep = positive_int("CheckpointManager", "keep", keep)
         os.makedirs(self.directory, exist_ok=True)
         self.close = weakref.finalize(self, files.lock_folder(self.directory, "checkpoint folder"))
@@ -259,10 +253,17 @@ class CheckpointManager:
         if self.run is None:
             self.run = run_of(latest_checkpoint(self.directory)) or secrets.token_hex(8)
         data = pack_checkpoint(step=step, run=self.run, **state)
-        for path in (os.path.join(self.directory, f"checkpoint-{int(step)}{SUFFIX}"), self.latest):
+        step_file = os.path.join(self.directory, f"checkpoint-{int(step)}{SUFFIX}")
+        for path in (step_file, self.latest):
             files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
-        for old in _of_run(list_checkpoints(self.directory), self.run, self.directory, "pruning")[:-self.keep]:
+        self._seen[step_file] = True
+        new = [p for p in list_checkpoints(self.directory) if p not in self._seen]   # each header is read once
+        self._seen.update((p, True) for p in _of_run(new, self.run, self.directory, "pruning"))
+        self._seen.update((p, False) for p in new if p not in self._seen)
+        ours = [p for p in list_checkpoints(self.directory) if self._seen[p]]
+        for old in ours[:-self.keep]:
             files.remove_quietly(old)
+            del self._seen[old]
         return self.latest
 
 

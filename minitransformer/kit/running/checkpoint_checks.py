@@ -1,7 +1,7 @@
 """What a checkpoint file may hold, checked before it costs anything: the header (``read_header``, no tensor read),
 the metadata against the tensors and the config against the weights held (``check_meta``), the values read
 (``check_finite``), and what a resume would load against the run's own state (``check_resumable``). Each refusal is
-a one-line ValueError naming the file and the field; the bounds are ``minitransformer.limits``'."""
+a one-line ValueError naming the file and the field; the bounds are ``minitransformer.kit.limits``'."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import re
 
 import numpy
 
-from minitransformer import limits
+from minitransformer.kit import limits
 from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
+from minitransformer.kit import files
 from minitransformer.kit.data.tokenizers import check_size
-from minitransformer.kit.running import files
-from minitransformer.limits import CONFIG_CAPS, MAX_COUNT
+from minitransformer.kit.limits import CONFIG_CAPS, MAX_COUNT
+from minitransformer.kit.running.settings import check_saved_settings
 
 FORMAT_NAME = "minitransformer-checkpoint"
 FORMAT_VERSION = 2                         # 1 was the .npz format (``npz.convert_npz`` reads it)
@@ -106,12 +107,6 @@ def unflatten(node, prefix: str, where: str, lookup):
         if not isinstance(name, str) or not re.fullmatch(rf"{prefix}/\d{{1,9}}", name):
             raise ValueError(f"{where} names the tensor {name!r:.60}, which is not one of its own ({prefix}/<n>)")
         return lookup(name, node.get("scalar", False))
-    if keys == {"__tuple__"} and isinstance(node["__tuple__"], list):
-        return tuple(unflatten(v, prefix, where, lookup) for v in node["__tuple__"])
-    if keys == {"__dict__"} and isinstance(node["__dict__"], list) and all(
-            isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int)) and not isinstance(kv[0], bool)
-            for kv in node["__dict__"]):
-        return {k: unflatten(v, prefix, where, lookup) for k, v in node["__dict__"]}
     raise ValueError(f"{where} holds a malformed entry (keys {sorted(keys)[:4]!r:.80})")
 
 
@@ -146,6 +141,8 @@ def check_meta(where: str, meta, specs: dict) -> list:
             raise ValueError(f"{where}: tokenizers.{side:.20} must be a tokenizer's JSON as a string, got "
                              f"{type(text).__name__}")
         check_size(text, f"{where}: tokenizers.{side:.20}")
+    if isinstance(meta["extra"].get("settings"), dict):    # a run's settings: checked here, for every command
+        meta["extra"]["settings"] = check_saved_settings(meta["extra"]["settings"], None, where, complete=False)
     unknown, absent = sorted(set(specs) - set(used)), sorted(set(used) - set(specs))
     if unknown or absent:
         raise ValueError(f"{where}: holds tensors no checkpoint has ({unknown[:3]}): refused unread" if unknown else
@@ -229,8 +226,9 @@ def check_state(path, what: str, state, template) -> None:
             raise ValueError(f"{where} must be an array of shape {tuple(template.shape)}, got {got}")
         if (state.dtype.kind == "f") != (template.dtype.kind == "f"):
             raise ValueError(f"{where} holds {state.dtype} values, this run {template.dtype}")
-        largest = max(-float(state.min()), float(state.max())) if state.dtype.kind == "f" and state.size else 0.0
-        if largest > float(numpy.finfo(template.dtype).max if template.dtype.kind == "f" else math.inf):
+        narrower = state.dtype.kind == template.dtype.kind == "f" and state.dtype.itemsize > template.dtype.itemsize
+        largest = max(-float(state.min()), float(state.max())) if narrower and state.size else 0.0   # finite: read
+        if largest > float(numpy.finfo(template.dtype).max if narrower else math.inf):
             raise ValueError(f"{where} holds values beyond the range of {template.dtype}, the dtype it runs in "
                              f"(largest magnitude {largest:.3g})")
     elif isinstance(template, bool):

@@ -16,8 +16,8 @@ import numpy
 
 from minitransformer.kit.running import checkpoint as ck
 from minitransformer.kit.running import checkpoint_checks as checks
-from minitransformer.kit.running.files import open_regular, parse_json
-from minitransformer.limits import MAX_ENTRIES, MAX_INFLATION, MAX_NDIM
+from minitransformer.kit.files import open_regular, parse_json
+from minitransformer.kit.limits import MAX_ENTRIES, MAX_INFLATION, MAX_NDIM
 
 _DIGEST = b"minitransformer-sha256:"
 _TRAILER = 2 + len(_DIGEST) + 64          # the zip comment's length field, then the comment

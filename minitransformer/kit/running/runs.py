@@ -3,13 +3,12 @@ classes, the BLAS threads, the Trainer of a run's settings, the final score and 
 
 from __future__ import annotations
 
-import importlib
 import math
 import sys
 
 import numpy
 
-from minitransformer import budget, decoding
+from minitransformer import decoding, fast
 from minitransformer.fast.threads import NO_BLAS_CONTROL, use_blas_threads
 from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
@@ -18,17 +17,17 @@ from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer
 from minitransformer.optim import Adam, NoamSchedule
 
+from minitransformer.kit.files import atomic_write
+
 from . import checkpoint as ckpt
-from .files import atomic_write
-from .train import Trainer
+from .trainer import Trainer
 
 
 def tier(reference: bool) -> tuple:
     """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else of the fast tier (drop-in
-    subclasses, imported on first use)."""
+    subclasses)."""
     if reference:
         return Transformer, CrossEntropyLoss, Adam
-    fast = importlib.import_module("minitransformer.fast")
     return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
 
 
@@ -64,11 +63,9 @@ def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
     Trainer saving into ``out``; several workers split each batch (``fast.DataParallel``)."""
     config = data.config
     Transformer, CrossEntropyLoss, Adam = tier(bool(settings.get("reference")))
-    budget.check_model(config, owner="train")                   # the memory it needs, refused before it is built
-    model = Transformer(config)
+    model = Transformer(config)                                 # refused before it is built if it would not fit
     loss_fn = CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=settings["label_smoothing"])
-    parallel = None if workers <= 1 else importlib.import_module("minitransformer.fast").DataParallel(
-        model, loss_fn, workers)
+    parallel = None if workers <= 1 else fast.DataParallel(model, loss_fn, workers)
     optimizer = Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = NoamSchedule(optimizer, config.d_model, warmup=settings["warmup"], factor=settings["lr_factor"])
     return Trainer(

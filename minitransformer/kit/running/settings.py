@@ -1,12 +1,12 @@
 """A training run's settings: each task's tuned defaults (in the command line's units: copy/reverse ``target`` in
 percent), those with the options typed (``task_settings``), and the check of the settings a checkpoint holds. Ranges:
-``minitransformer.limits``; why the defaults: benchmarks/RESULTS.md, "Why the task defaults are what they are"."""
+``minitransformer.kit.limits``; why the defaults: benchmarks/RESULTS.md, "Why the task defaults are what they are"."""
 
 from __future__ import annotations
 
 import textwrap
 
-from minitransformer import limits
+from minitransformer.kit import limits
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 
 PRESETS = ("tiny", "small", "base")
@@ -109,16 +109,14 @@ def _expected(name: str, value):
     return None if limits.within(name, value) else limits.expected(name)
 
 
-def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
-    """The settings a checkpoint holds, checked against the ranges ``train`` accepts (ValueError naming ``where``
-    and the setting); complete: all a run of ``task`` saves must be there (to resume). Unknown names are dropped."""
+def check_saved_settings(saved, task: str | None, where: str, complete: bool) -> dict:
+    """The one schema of a run's settings: those a checkpoint holds, checked against the ranges ``train`` accepts
+    (ValueError naming ``where`` and the setting), where a checkpoint is read or written (``check_meta``); complete:
+    ``check_complete`` too. Unknown names are dropped."""
     if not isinstance(saved, dict):
         raise ValueError(f"{where}: settings must be an object, got {type(saved).__name__}")  # noqa: TRY004
     if complete:
-        missing = sorted(set(task_settings(task)) - set(saved) - set(OPTIONAL_SAVED))
-        if missing:
-            raise ValueError(f"{where} is missing settings.{missing[0]}"
-                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        check_complete(saved, task, where)
     known = set(limits.INT_SETTINGS) | set(limits.FLOAT_SETTINGS) | set(_CHOICES) | set(_BOOLS) | {"data_dir"}
     checked = {name: value for name, value in saved.items() if name in known or name == "model"}
     for name, value in checked.items():
@@ -130,6 +128,14 @@ def check_saved_settings(saved, task: str, where: str, complete: bool) -> dict:
         for field, key, got in pairs:
             if expected := _expected(key, got):
                 raise ValueError(f"{where}: settings.{field} must be {expected}, got {got!r:.60}")
-    if complete and all(checked.get(k) is None for k in ("steps", "epochs", "max_minutes")):
-        raise ValueError(f"{where}: settings give no end to the run (steps, epochs and max_minutes are all null)")
     return {**checked, "model": dict(checked["model"])} if "model" in checked else checked
+
+
+def check_complete(saved: dict, task: str, where: str) -> None:
+    """All that a run of ``task`` saves is there, and the run has an end: what a resume needs beyond valid values."""
+    missing = sorted(set(task_settings(task)) - set(saved) - set(OPTIONAL_SAVED))
+    if missing:
+        raise ValueError(f"{where} is missing settings.{missing[0]}"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    if all(saved.get(k) is None for k in ("steps", "epochs", "max_minutes")):
+        raise ValueError(f"{where}: settings give no end to the run (steps, epochs and max_minutes are all null)")

@@ -15,7 +15,7 @@ import stat
 import sys
 import threading
 
-from minitransformer.limits import MAX_JSON_DEPTH
+from minitransformer.kit.limits import MAX_JSON_DEPTH
 
 TEMP_PREFIX = ".minitransformer-"  # every temporary file of an atomic write: .minitransformer-<pid>-<12 hex>.tmp
 TEMP_SUFFIX = ".tmp"

@@ -21,7 +21,7 @@ from minitransformer.checks import one_of, positive_int, positive_number
 from minitransformer.kit.data.batching import ResumableBatches
 from minitransformer.kit.running import checkpoint
 from minitransformer.kit.running import checkpoint_checks as checks
-from minitransformer.limits import MAX_HISTORY
+from minitransformer.kit.limits import MAX_HISTORY
 from minitransformer.optim import clip_grad_norm
 
 
@@ -302,7 +302,6 @@ class Trainer:
 # HISTORY_ROWS rows a history keeps only rows on a doubling stride (the curve still spans the run evenly) and the
 # newest RECENT_ROWS. The rule reads only the rows and the step, so a resumed run keeps the very same rows.
 HISTORY_ROWS, RECENT_ROWS = MAX_HISTORY, 50
-full_config = checks.full_config                                 # the command line's too
 
 
 def _stride(step, every: int) -> int:                            # in steps, for rows written every ``every``

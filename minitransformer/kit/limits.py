@@ -1,7 +1,10 @@
-"""The one table of limits: what a run, a model, a file and a piece of work may be. The command line, the API's
-constructors, the checkpoint writer and reader, resume and evaluate all read their bounds here, so whatever ``train``
-accepts and saves the others accept too. The bounds sit far beyond any model of this project (the paper's big model:
+"""The one table of the kit's limits: what a run, a model, a file and a corpus may be. The command line, the
+checkpoint writer and reader, resume and evaluate all read their bounds here, so whatever ``train`` accepts and saves
+the others accept too (the core guards its own entry points: ``budget`` for memory, ``checks`` for arguments). The bounds sit far beyond any model of this project (the paper's big model:
 d_model 1024, 16 heads, 6+6 layers, d_ff 4096); they refuse a typo or a crafted file before any allocation."""
+
+from minitransformer.decoding import MAX_BEAM
+from minitransformer.fast.parallel import MAX_WORKERS
 
 # A count of steps, epochs, batches or tokens seen.
 MAX_COUNT = 10 ** 9
@@ -13,12 +16,12 @@ CONFIG_CAPS = {"src_vocab_size": 1_000_000, "tgt_vocab_size": 1_000_000, "d_mode
 MAX_POSITIONS = 1 << 24       # max_len * d_model: the sinusoidal table each side builds (not stored in a file)
 
 # Integer settings of a run, (lowest, highest): what the command line parses, a run saves and resume reads back.
-# beam_size and workers bound the API's beam search and DataParallel too.
+# beam_size and workers are the bounds the API's beam search and DataParallel hold themselves.
 INT_SETTINGS = {
     "seed": (0, MAX_COUNT), "steps": (1, MAX_COUNT), "epochs": (1, MAX_COUNT), "warmup": (1, MAX_COUNT),
     "batch_size": (1, 65_536), "max_tokens": (1, 10 ** 7), "vocab_size": (1, CONFIG_CAPS["src_vocab_size"]),
     "eval_every": (1, MAX_COUNT), "save_every": (1, MAX_COUNT), "keep": (1, 10 ** 6), "average": (1, 10 ** 6),
-    "heldout": (1, 100_000), "beam_size": (1, 100), "limit": (1, MAX_COUNT), "workers": (1, 1024),
+    "heldout": (1, 100_000), "beam_size": (1, MAX_BEAM), "limit": (1, MAX_COUNT), "workers": (1, MAX_WORKERS),
     "max_entries": (1, 1_000_000),
 }
 
@@ -51,14 +54,10 @@ MAX_TOKENIZER_BYTES = 16 << 20
 # 64 times Multi30k's largest file (2 million characters, 29,000 lines), within about 1 GB of memory.
 MAX_CORPUS_CHARS = 1 << 27
 MAX_CORPUS_LINES = 1 << 22
-# One line of a corpus, refused as soon as it passes this: a sentence pair is a line, and everything after reading
+# One line of a corpus, refused as soon as it passes this: a line is a sentence, and everything after reading
 # (tokenising, learning BPE, batching) costs in proportion to its longest line. Multi30k's longest is 254 characters;
 # 256 times that leaves room for any sentence while a line costs kilobytes, not the gigabytes of a 2^27 one.
 MAX_LINE_CHARS = 1 << 16
-
-# The memory one call may plan to use (``minitransformer.budget``): fixed, so that a call is accepted or refused
-# alike on every machine; MINITRANSFORMER_MEMORY_BUDGET ("16G") or a check's budget= argument changes it.
-MEMORY_BUDGET = 4 << 30
 
 
 def bounds(name: str) -> tuple:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from minitransformer.kit import classroom
 from minitransformer.kit.classroom.exercises import catalogue_text
-from minitransformer.kit.running.files import write_json
+from minitransformer.kit.files import write_json
 
 from .common import option
 
