@@ -35,8 +35,8 @@ train_ids = [(src_tok.encode(en), tgt_tok.encode(de)) for en, de in train_text] 
 # --- The model: the paper's architecture at a size a CPU trains in minutes. ----------------------------------------
 config = mt.TransformerConfig(src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, d_model=64,
                               num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=128, dropout=0.1)
-# The core, the model you read in minitransformer/model.py; mt.fast.Transformer is a drop-in (same config, same
-# weights) that runs each step about twice as fast, for when the loop, not the layers, is the lesson.
+# The core: the model minitransformer/model.py shows line by line, so that every step below can be followed into
+# it. mt.fast.Transformer is a drop-in (same config, same weights, faster steps) for when only the result matters.
 model = mt.Transformer(config)
 loss_fn = mt.CrossEntropyLoss(ignore_index=config.pad_id, label_smoothing=0.1)    # §5.4: label smoothing 0.1
 optimizer = mt.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)        # §5.3

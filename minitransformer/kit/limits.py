@@ -46,8 +46,8 @@ MAX_ELEMENTS = 1 << 40        # elements of one tensor, an empty axis counted as
 MAX_JSON_DEPTH = 64           # nesting in any JSON a file brings (metadata, tokenizers): ours is about 6 levels
 MAX_INFLATION = 16            # earlier .npz checkpoints: numpy.savez stores arrays uncompressed, never 1000-fold
 # One tokeniser's JSON (its vocabulary, and a BPE's merges), in a checkpoint or a file, refused above this before it
-# is parsed: parsing costs about ten times the text in memory. Multi30k's shared BPE of 8,000 takes about 0.2 MB and
-# a million words (the vocab_size cap) about 12 MB; a run's two tokenisers fit in MAX_META_BYTES.
+# is parsed: parsing costs about ten times the text in memory. Multi30k's shared BPE of 8,000 takes 0.23 MB, a million
+# words of eight letters (the vocab_size cap) about 12 MB; a run's two tokenisers fit in MAX_META_BYTES.
 MAX_TOKENIZER_BYTES = 16 << 20
 
 # One side of one split of a corpus, counted as it streams in (a gzip that expands without end stops here):

@@ -346,7 +346,7 @@ def _check_dict(data, kind: str, where: str) -> None:
 
 def check_size(text, where: str):
     """text, a tokeniser's JSON (str or bytes), if it is at most ``limits.MAX_TOKENIZER_BYTES`` in UTF-8, else a
-    ValueError naming ``where``; checked before parsing, which costs about ten times the text."""
+    ValueError naming ``where``; checked before parsing, which costs about ten times the text in memory."""
     cap = limits.MAX_TOKENIZER_BYTES              # a str of more characters than that is more bytes, never encoded
     if isinstance(text, (str, bytes)) and (len(text) > cap or isinstance(text, str) and
                                            len(text.encode("utf-8", "surrogatepass")) > cap):
