@@ -45,8 +45,8 @@ def _read_lines(path: Path) -> list[str]:
                 lines.append(line.strip())
                 if len(line.removesuffix("\n")) > limits.MAX_LINE_CHARS:
                     raise ValueError(f"{path}, line {len(lines)}: more than {limits.MAX_LINE_CHARS:,} characters, "
-                                     "the most a line of a corpus may hold (minitransformer.kit.limits.MAX_LINE_CHARS): "
-                                     "refused")
+                                     "the most a line of a corpus may hold "
+                                     "(minitransformer.kit.limits.MAX_LINE_CHARS): refused")
                 for count, name, what in ((chars, "MAX_CORPUS_CHARS", "characters"),
                                           (len(lines), "MAX_CORPUS_LINES", "lines")):
                     if count > getattr(limits, name):

@@ -122,7 +122,7 @@ class _Tokenizer:
 
     @classmethod
     def from_json(cls, text: str):
-        return cls.from_dict(parse_json(text, f"{cls.__name__}.from_json: text"))
+        return cls.from_dict(_parse(text, f"{cls.__name__}.from_json: text"))
 
     def save(self, path) -> Path:
         """Write the vocabulary (and merges) as UTF-8 JSON."""
@@ -355,7 +355,7 @@ def check_size(text, where: str):
     return text
 
 
-def parse_json(text, where: str):
+def _parse(text, where: str):
     """A tokeniser's JSON text parsed, its size checked first (``check_size``)."""
     return files.parse_json(check_size(text, where), where)
 
@@ -364,7 +364,7 @@ def _read_json(path, where: str):
     """A saved tokeniser's JSON: from a regular file only (a FIFO is refused, not waited on), read no further
     than one byte past the size a tokeniser may have."""
     with files.open_regular(path, "tokenizer file") as f:
-        return parse_json(f.read(limits.MAX_TOKENIZER_BYTES + 1), f"{where}: tokenizer file {path}")
+        return _parse(f.read(limits.MAX_TOKENIZER_BYTES + 1), f"{where}: tokenizer file {path}")
 
 
 def tokenizer_from_dict(data: dict):
@@ -377,7 +377,7 @@ def tokenizer_from_dict(data: dict):
 
 def tokenizer_from_json(text: str):
     """A WordTokenizer or BPETokenizer from what its ``to_json`` returned."""
-    return tokenizer_from_dict(parse_json(text, "tokenizer_from_json: text"))
+    return tokenizer_from_dict(_parse(text, "tokenizer_from_json: text"))
 
 
 def load_tokenizer(path):
