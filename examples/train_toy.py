@@ -2,7 +2,7 @@
 with the Noam schedule, the training loop, greedy decoding and BLEU. `minitransformer train --task toy` is this
 loop plus what a long run needs (checkpoints, resume, progress, plots).
 
-    python examples/train_toy.py              # a few minutes on a laptop CPU
+    python examples/train_toy.py              # 800 steps, then the BLEU of 500 test translations
     python examples/train_toy.py --steps 50   # a quick look
 """
 
