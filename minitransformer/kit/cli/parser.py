@@ -66,7 +66,8 @@ def _add_train(sub) -> None:
     option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
     option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
                          "200 valid, all test)")
-    t.add_argument("--data-dir", help="folder with the Multi30k files (default: where `download` puts them)")
+    t.add_argument("--data-dir", help="folder with the Multi30k files (default: $MINITRANSFORMER_MULTI30K if set, "
+                                      "else ~/.cache/minitransformer/multi30k, where `download` puts them)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip it")
     again = t.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own "
