@@ -61,7 +61,7 @@ def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
     # the last lines name every file of the run, by its path
     listed = printed.split("files written:\n")[1].splitlines()
     assert [line.split()[0] for line in listed] == [os.path.join(out, name) for name in (
-        "metrics.json", LATEST, step_file(12), "loss.png", "attention.png")]
+        "metrics.json", LATEST, step_file(12), "loss.png", "attention.png", "explain.html")]
 
 
 def test_train_output_names_the_metric_and_why_it_stopped(tmp_path, capsys):
@@ -392,7 +392,7 @@ def test_overwrite_removes_the_old_run_only_once_the_new_one_is_ready(tmp_path, 
     out = tmp_path / "copy"
     base = ["train", "--task", "copy", "--heldout", "5", "--no-plots", "--out", str(out), *SMALL]
     assert main(base + ["--steps", "2"]) == 0
-    for name in ("loss.png", "attention.png", "eval-test.json", "notes.txt", f"checkpoint-best{EXT}"):
+    for name in ("loss.png", "attention.png", "explain.html", "eval-test.json", "notes.txt", f"checkpoint-best{EXT}"):
         (out / name).write_text("from before")              # the old run's plots and evaluation, the user's own
     before = sorted(os.listdir(out))
     capsys.readouterr()
@@ -499,7 +499,7 @@ def test_translate_average_uses_the_mean_of_the_checkpoints(toy_run, capsys):
     assert line == tgt_tok.decode(ids)
 
 
-@pytest.mark.parametrize("name", ["metrics.json", "loss.png", "attention.png"])
+@pytest.mark.parametrize("name", ["metrics.json", "loss.png", "attention.png", "explain.html"])
 def test_fresh_run_refuses_an_out_holding_a_file_it_would_write(tmp_path, capsys, name):
     out = tmp_path / "mine"
     out.mkdir()

@@ -32,6 +32,7 @@ from minitransformer.model import TransformerConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED = {"train": ["--task", "copy"], "translate": ["--checkpoint", "x"], "evaluate": ["--checkpoint", "x"],
+            "explain": ["--checkpoint", "x", "a sentence"],
             "gradcheck": [], "download": [], "classroom grade": ["hw"], "classroom autograder": ["hw", "-o", "a.zip"]}
 MODEL_SIZES = ("d_model", "num_heads", "num_encoder_layers", "d_ff", "d_k", "d_v")
 

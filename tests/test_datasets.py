@@ -283,15 +283,37 @@ def test_corpus_limits_count_decoded_characters_and_lines(tmp_path, monkeypatch)
     assert datasets._read_lines(path) == ["a"] * 10
 
 
-def test_multi30k_dir_lookup(monkeypatch, tmp_path):
-    monkeypatch.setenv(datasets.MULTI30K_ENV, str(tmp_path))
-    assert multi30k_dir() == tmp_path
-    monkeypatch.delenv(datasets.MULTI30K_ENV)
-    shared = datasets.REPO_ROOT.parent / "shared" / "data" / "multi30k"
-    expected = shared if shared.is_dir() else datasets.MULTI30K_CACHE.expanduser()
-    assert multi30k_dir() == expected
-    monkeypatch.setattr(datasets, "REPO_ROOT", tmp_path / "nowhere" / "repo")
-    assert multi30k_dir() == Path.home() / ".cache" / "minitransformer" / "multi30k"
+def test_a_line_longer_than_the_line_limit_is_refused_by_its_number(tmp_path):
+    """At the real limit: a line of MAX_LINE_CHARS characters is read, one more character is refused, naming the
+    file and the line, whether the file is plain or gzipped."""
+    cap = datasets.limits.MAX_LINE_CHARS
+
+    def corpus(path, third: int) -> Path:
+        data = ("a" * cap + "\n" + "ü" * cap + "\r\n" + "b" * third + "\nc\n").encode("utf-8")
+        path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+        return path
+
+    for path in (tmp_path / "train.en", tmp_path / "train.en.gz"):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}, line 3: more than {cap:,} characters, "
+                                             r"the most a line of a corpus may hold .*MAX_LINE_CHARS\): refused$"):
+            datasets._read_lines(corpus(path, cap + 1))
+        assert datasets._read_lines(corpus(path, cap)) == ["a" * cap, "ü" * cap, "b" * cap, "c"]
+
+
+def test_multi30k_dir_is_the_environment_then_the_cache_never_a_folder_beside_the_repository(monkeypatch, tmp_path):
+    """Where the user says: $MINITRANSFORMER_MULTI30K, else the cache download fills, even when a folder of
+    Multi30k files lies beside the repository (a development machine's copy is passed explicitly)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(datasets, "REPO_ROOT", tmp_path / "repo")
+    _write_fake_multi30k(tmp_path / "shared" / "data" / "multi30k")
+    monkeypatch.setenv(datasets.MULTI30K_ENV, str(tmp_path / "mine"))
+    assert multi30k_dir() == tmp_path / "mine"
+    for unset in (lambda: monkeypatch.setenv(datasets.MULTI30K_ENV, ""),
+                  lambda: monkeypatch.delenv(datasets.MULTI30K_ENV)):
+        unset()
+        assert multi30k_dir() == tmp_path / "home" / ".cache" / "minitransformer" / "multi30k"
+        with pytest.raises(FileNotFoundError, match=r"\.cache/minitransformer/multi30k/val\.de"):
+            load_multi30k(split="val")
 
 
 # ----------------------------------------------------------------------------- download, offline only

@@ -34,7 +34,7 @@ from minitransformer.kit.cli.common import (
     tokenizers_from_checkpoint,
 )
 from minitransformer.kit.data import tokenizers
-from minitransformer.kit.data.tokenizers import WordTokenizer
+from minitransformer.kit.data.tokenizers import WordTokenizer, load_tokenizer, tokenizer_from_json
 from minitransformer.kit.running.runs import save_figure
 from minitransformer.kit.running.trainer import Trainer
 from minitransformer.loss import CrossEntropyLoss
@@ -280,6 +280,33 @@ def test_tokenizers_without_tgt_are_named(run, tmp_path, capsys):
     cli_refuses(capsys, ["translate", "--checkpoint", path, "a b"], path, "missing tokenizers.tgt")
 
 
+def test_a_tokenizer_beyond_its_size_is_refused_by_size_before_parsing(run, tmp_path, capsys, monkeypatch):
+    """A tokeniser's JSON of more than limits.MAX_TOKENIZER_BYTES is refused by its size, unparsed: as text at
+    the real limit (bytes, not characters), and at a small one in a checkpoint (by the reader, quickly and within
+    the memory limit, and by the writer) and in a tokeniser file."""
+    cap, too_big = limits.MAX_TOKENIZER_BYTES, r"more than ([\d,]+) bytes, the most a tokenizer's JSON may be"
+    for text in ("x" * (cap + 1), "ü" * (cap // 2 + 1)):            # ü is 2 bytes: fewer characters than the cap
+        with pytest.raises(ValueError, match=rf"^tokenizer_from_json: text: {too_big} .*: refused unread$") as err:
+            tokenizer_from_json(text)
+        assert err.match(f"{cap:,} bytes")
+    with pytest.raises(ValueError, match="data must be a dict"):    # at the cap: parsed, then judged by what it is
+        tokenizer_from_json('"' + "x" * (cap - 2) + '"')
+    monkeypatch.setattr(limits, "MAX_TOKENIZER_BYTES", 1000)
+    big = WordTokenizer.build([" ".join(f"w{i}" for i in range(300))]).to_json()
+    assert len(big) > 1000
+    _, arrays = run
+    meta = meta_of(arrays)
+    meta["tokenizers"] = {"src": big, "tgt": TOKENS.to_json()}
+    path = write_checkpoint(tmp_path / "big-tokenizer.safetensors", with_meta(arrays, meta))
+    assert refused(path, f"tokenizers.src: {too_big}").count("1,000 bytes") == 1
+    cli_refuses(capsys, ["translate", "--checkpoint", path, "a b"], path, "tokenizers.src: more than 1,000 bytes")
+    with pytest.raises(ValueError, match="save_checkpoint: tokenizers.src: more than 1,000 bytes"):
+        ck.pack_checkpoint(weights={"w": np.zeros(2, np.float32)}, tokenizers=meta["tokenizers"])
+    (tmp_path / "big.json").write_text(big)
+    with pytest.raises(ValueError, match=f"tokenizer file {tmp_path / 'big.json'}: more than 1,000 bytes"):
+        load_tokenizer(tmp_path / "big.json")
+
+
 @pytest.mark.parametrize("where", ["meta", "optimizer", "tokenizer"])
 def test_deep_nesting_is_refused_without_recursion_error(run, tmp_path, capsys, where):
     _, arrays = run
@@ -520,6 +547,7 @@ def test_proc_file_is_refused_by_name(capsys):
 @pytest.mark.parametrize("field, value, expected", [
     ("step", "x", "step must be an integer"),
     ("tokenizers", ["src"], "tokenizers must be an object, got list"),
+    ("tokenizers.src", {"type": "word"}, "tokenizers.src must be a tokenizer's JSON as a string, got dict"),
     ("extra", "s", "extra must be an object, got str"),
     ("rng", {"host": "garbage"}, "rng is not a random generator state"),
     ("optimizer.lr", "x", "optimizer['lr'] must be a finite number >= 0"),

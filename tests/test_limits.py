@@ -19,6 +19,8 @@ from minitransformer import budget, decoding
 from minitransformer.kit import limits
 from minitransformer.kit.data.batching import largest_batch
 from minitransformer.fast.parallel import DataParallel
+from minitransformer.kit.cli import main
+from minitransformer.kit.data import datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 CAP = 1 << 30                         # 1 GiB of address space, interpreter and NumPy included
@@ -121,10 +123,10 @@ def _bomb(path: Path, line: bytes) -> Path:
 @pytest.mark.parametrize("line, limit", [pytest.param(b"a" * 99 + b"\n", "CHARS", id="long lines"),
                                          pytest.param(b"ab\n", "LINES", id="short lines"),
                                          pytest.param(b"\n", "LINES", id="empty lines"),
-                                         pytest.param(b"a" * 100, "CHARS", id="one endless line")])
+                                         pytest.param(b"a" * 100, "LINE", id="one endless line")])
 def test_a_gzip_bomb_is_refused_at_the_limit_with_memory_near_it(tmp_path, line, limit):
     """2 GiB of text from a 2 MB file, as long lines, short lines, empty lines or one endless line: refused
-    when the characters or lines read pass the limit, inside 1 GiB of address space."""
+    when the characters, lines or one line's characters read pass the limit, inside 1 GiB of address space."""
     path = _bomb(tmp_path / "train.de.gz", line)
     assert path.stat().st_size < 8 << 20
     out = capped(f"""
@@ -136,10 +138,27 @@ def test_a_gzip_bomb_is_refused_at_the_limit_with_memory_near_it(tmp_path, line,
             print(err)
     """)
     assert out.returncode == 0, out.stderr
+    if limit == "LINE":
+        assert out.stdout.strip() == (f"{path}, line 1: more than {limits.MAX_LINE_CHARS:,} characters, the most a "
+                                      f"line of a corpus may hold (minitransformer.kit.limits.MAX_LINE_CHARS): refused")
+        return
     what = {"CHARS": "characters", "LINES": "lines"}[limit]
     assert out.stdout.strip() == (f"{path}: more than {getattr(limits, 'MAX_CORPUS_' + limit):,} {what} once "
                                   f"decompressed, the most a corpus file may hold "
                                   f"(minitransformer.kit.limits.MAX_CORPUS_{limit}): refused")
+
+
+@pytest.mark.parametrize("error, shown", [
+    pytest.param(MemoryError(), "out of memory (in exhausted, test_limits.py line ", id="Python's, empty"),
+    pytest.param(MemoryError("Unable to allocate 5.6 GiB for an array"), "out of memory (Unable to allocate 5.6 GiB",
+                 id="NumPy's")])
+def test_running_out_of_memory_says_what_ran_out_or_where(tmp_path, monkeypatch, capsys, error, shown):
+    def exhausted(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(datasets, "load_toy", exhausted)
+    assert main(["train", "--task", "toy", "--out", str(tmp_path / "run"), "--no-progress"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"minitransformer train: error: {shown}")
 
 
 # ----------------------------------------------------------------------------- the budget itself

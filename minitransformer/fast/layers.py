@@ -214,6 +214,7 @@ class ScaledDotProductAttention(core.ScaledDotProductAttention):
         c = self.saved(dout)
         dv = c.attn_dropped.swapaxes(-1, -2) @ dout            # (B,H,Tk,Dv)
         dattn = self.dropout.backward(dout @ c.v.swapaxes(-1, -2))
+        self.dattn = dattn
         if c.has_key is not None:
             dattn = xp.where(c.has_key, dattn, dattn.dtype.type(0))
         dscores = self.softmax.backward(dattn)

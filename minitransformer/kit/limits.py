@@ -45,11 +45,19 @@ MAX_NDIM = 8
 MAX_ELEMENTS = 1 << 40        # elements of one tensor, an empty axis counted as 1: (0, 2**62) is no tensor of ours
 MAX_JSON_DEPTH = 64           # nesting in any JSON a file brings (metadata, tokenizers): ours is about 6 levels
 MAX_INFLATION = 16            # earlier .npz checkpoints: numpy.savez stores arrays uncompressed, never 1000-fold
+# One tokeniser's JSON (its vocabulary, and a BPE's merges), in a checkpoint or a file, refused above this before it
+# is parsed: parsing costs about ten times the text in memory. Multi30k's shared BPE of 8,000 takes 0.23 MB, a million
+# words of eight letters (the vocab_size cap) about 12 MB; a run's two tokenisers fit in MAX_META_BYTES.
+MAX_TOKENIZER_BYTES = 16 << 20
 
 # One side of one split of a corpus, counted as it streams in (a gzip that expands without end stops here):
 # 64 times Multi30k's largest file (2 million characters, 29,000 lines), within about 1 GB of memory.
 MAX_CORPUS_CHARS = 1 << 27
 MAX_CORPUS_LINES = 1 << 22
+# One line of a corpus, refused as soon as it passes this: a line is a sentence, and everything after reading
+# (tokenising, learning BPE, batching) costs in proportion to its longest line. Multi30k's longest is 254 characters;
+# 256 times that leaves room for any sentence while a line costs kilobytes, not the gigabytes of a 2^27 one.
+MAX_LINE_CHARS = 1 << 16
 
 
 def bounds(name: str) -> tuple:

@@ -56,7 +56,8 @@ class ScaledDotProductAttention(Module):
                 Shapes: q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv), mask broadcastable to (B,H,Tq,Tk) -> (B,H,Tq,Dv)
 
     scale=False leaves out the 1/sqrt(d_k), for the paper's comparison (§3.2.1).
-    ``.attn`` keeps the weights (B,H,Tq,Tk) after softmax, before dropout, for plots.
+    ``.attn`` keeps the weights (B,H,Tq,Tk) after softmax, before dropout, for plots; ``.dattn`` keeps dL/dA, their
+    gradient, after backward, for the viewer's gradient view.
     A query row whose keys are all masked gets zero weights (and a zero output), not a uniform average
     over padding.
     Cache: q, k, v, the weights after dropout, which query rows have a key, and the children's caches.
@@ -68,7 +69,7 @@ class ScaledDotProductAttention(Module):
         self.mask_layer = Mask()
         self.softmax = Softmax(axis=-1)
         self.dropout = Dropout(dropout)
-        self.attn = None
+        self.attn = self.dattn = None
 
     def check_inputs(self, q, k, v, mask=None):
         check_qkv("ScaledDotProductAttention", q, k, v, mask)
@@ -93,6 +94,7 @@ class ScaledDotProductAttention(Module):
         c = self.saved(dout)
         dv = c.attn_dropped.swapaxes(-1, -2) @ dout            # out = A V:  dV = A^T dout          (B,H,Tk,Dv)
         dattn = self.dropout.backward(dout @ c.v.swapaxes(-1, -2))  # dA = dout V^T, through dropout  (B,H,Tq,Tk)
+        self.dattn = dattn
         if c.has_key is not None:
             dattn = dattn * c.has_key                          # rows with no key had constant zero weights
         dscores = self.softmax.backward(dattn)                 # through softmax                    (B,H,Tq,Tk)

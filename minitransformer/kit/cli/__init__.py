@@ -6,6 +6,7 @@ line and exit code 2, never a traceback (MINITRANSFORMER_TRACEBACK=1 shows one).
 import contextlib
 import os
 import sys
+import traceback
 
 from minitransformer.fast.threads import blas_threads, set_blas_threads
 from minitransformer.kit.running.trainer import NonFiniteError
@@ -38,9 +39,15 @@ def main(argv=None) -> int:
         if os.environ.get("MINITRANSFORMER_TRACEBACK"):
             raise
         if isinstance(err, MemoryError):             # files are checked before allocating: a model too big to run
-            err = f"out of memory ({err or 'no details'})"
+            err = f"out of memory ({str(err) or _where(err)})"     # NumPy names the array; Python's own says nothing
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, _USER_ERRORS) else 1
     finally:
         if threads_before is not None and blas_threads() != threads_before:
             set_blas_threads(threads_before)
+
+
+def _where(err: BaseException) -> str:
+    """The line that raised err: "in _read_lines, datasets.py line 44"."""
+    frame = traceback.extract_tb(err.__traceback__)[-1]
+    return f"in {frame.name}, {os.path.basename(frame.filename)} line {frame.lineno}"

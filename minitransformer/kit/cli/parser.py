@@ -10,6 +10,7 @@ from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
 from .common import option
 from .evaluate import cmd_evaluate
+from .explain import cmd_explain
 from .teaching import add_classroom
 from .train import cmd_train
 from .translate import cmd_translate
@@ -22,8 +23,8 @@ def _add_train(sub) -> None:
     t = sub.add_parser("train", help="train a model on a task and write metrics, checkpoints and plots",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=defaults_table(),
                        description="Train from scratch (or --resume) and write into --out: metrics.json, the\n"
-                                   "checkpoints, loss.png and attention.png. An option not given takes the task's\n"
-                                   "default (below).")
+                                   "checkpoints, loss.png, attention.png and explain.html (the viewer's page). An\n"
+                                   "option not given takes the task's default (below).")
     t.add_argument("--task", required=True, choices=TASKS, help="what to learn")
     t.add_argument("--preset", choices=PRESETS, help="model size (replaces the task's model below)")
     t.add_argument("--reference", action="store_true", default=None,
@@ -65,7 +66,8 @@ def _add_train(sub) -> None:
     option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
     option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
                          "200 valid, all test)")
-    t.add_argument("--data-dir", help="folder with the Multi30k files (default: where `download` puts them)")
+    t.add_argument("--data-dir", help="folder with the Multi30k files (default: $MINITRANSFORMER_MULTI30K if set, "
+                                      "else ~/.cache/minitransformer/multi30k, where `download` puts them)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip it")
     again = t.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own "
@@ -75,7 +77,8 @@ def _add_train(sub) -> None:
                             "metrics.json, plots and eval-<split>.json once the new run is ready to train")
     t.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress bar (the validation lines stay)")
-    t.add_argument("--no-plots", dest="plots", action="store_false", default=None, help="write no PNG files")
+    t.add_argument("--no-plots", dest="plots", action="store_false", default=None,
+                   help="write no plots and no explain.html")
     t.set_defaults(run=cmd_train)
 
 
@@ -113,6 +116,20 @@ def _add_evaluate(sub) -> None:
     ev.set_defaults(run=cmd_evaluate)
 
 
+def _add_explain(sub) -> None:
+    ex = sub.add_parser("explain", help="write a page that shows one sentence inside a trained model",
+                        description="Translate one sentence and write one page, to open from disk in any browser "
+                                    "(nothing is fetched): the attention of every head (head view, model view), the "
+                                    "queries and keys behind it, dL/dA after one backward pass of the loss on the "
+                                    "translation (or on --target), the decoding step by step, the masks and the "
+                                    "positional encodings; each view exports as PNG or SVG.")
+    ex.add_argument("sentence", help="the sentence (for a copy/reverse run: symbol ids separated by spaces)")
+    _decoding_options(ex)
+    ex.add_argument("--target", help="a reference translation: the gradient view uses the loss on it")
+    ex.add_argument("--out", default="explain.html", help="the page to write (default: explain.html)")
+    ex.set_defaults(run=cmd_explain)
+
+
 def _add_gradcheck(sub) -> None:
     gc = sub.add_parser("gradcheck", help="finite-difference check of every layer's backward (float64)",
                         description="Check every layer's backward against central finite differences in float64 "
@@ -139,7 +156,8 @@ def cmd_download(args) -> int:
 
 
 # Every command, in the order --help lists them: a function that adds its subparser (with set_defaults(run=...)).
-COMMANDS = [_add_train, _add_translate, _add_evaluate, _add_gradcheck, add_classroom, _add_download, add_convert]
+COMMANDS = [_add_train, _add_translate, _add_evaluate, _add_explain, _add_gradcheck, add_classroom, _add_download,
+            add_convert]
 
 
 def build_parser() -> argparse.ArgumentParser:

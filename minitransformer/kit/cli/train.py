@@ -30,7 +30,7 @@ RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_eve
 # Switches that only turn something off for this command: a resumed run takes them from this command line.
 THIS_COMMAND_ONLY = ("progress", "plots")
 # What train writes besides checkpoints, and what evaluate writes there: --overwrite removes exactly these.
-PLOT_FILES = ("loss.png", "attention.png")
+PLOT_FILES = ("loss.png", "attention.png", "explain.html")
 EVAL_FILES = tuple(f"eval-{split}.json" for split in ("train", "valid", "test", "heldout"))
 
 
@@ -181,4 +181,6 @@ def _write_results(out: str, metrics: dict, trainer, data, example: tuple) -> li
         runs.plot_attention(trainer.model, *example, os.path.join(out, "attention.png"),
                             title=f"Cross-attention ({metrics['task']}, a held-out example)")
         written.append((os.path.join(out, "attention.png"), "cross-attention of every head on a held-out example"))
+        runs.write_explanation(trainer.model, example[0], data, os.path.join(out, "explain.html"))
+        written.append((os.path.join(out, "explain.html"), "the same example inside the model: open it in a browser"))
     return written

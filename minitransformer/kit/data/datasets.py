@@ -30,17 +30,23 @@ MULTI30K_CACHE = Path("~/.cache/minitransformer/multi30k")
 def _read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file (gzipped if named .gz), stripped, as text mode reads them (universal newlines).
     A corpus may come from elsewhere: a regular file only (a FIFO would block), at most ``limits.MAX_CORPUS_CHARS``
-    characters in ``limits.MAX_CORPUS_LINES`` lines, counted as it streams in (a small gzip that expands without
-    end stops at the limit); a damaged gzip or non-UTF-8 byte is a ValueError naming the file and line."""
+    characters in ``limits.MAX_CORPUS_LINES`` lines of at most ``limits.MAX_LINE_CHARS``, counted as it streams in
+    (a small gzip that expands without end stops at the limit); a damaged gzip or non-UTF-8 byte is a ValueError
+    naming the file and line."""
     lines, chars, gzipped = [], 0, path.suffix == ".gz"
     with open_regular(path, "corpus file") as raw:
         # a byte that is not UTF-8 stays in its line (as a lone surrogate) until the line's number is known
         text = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw, encoding="utf-8",
                                 errors="surrogateescape", newline=None)
         try:
-            while line := text.readline(limits.MAX_CORPUS_CHARS - chars + 1):     # never more than the limit read
+            # never more read than the corpus's or the line's limit: one character past it is enough to refuse
+            while line := text.readline(min(limits.MAX_CORPUS_CHARS - chars, limits.MAX_LINE_CHARS) + 1):
                 chars += len(line)
                 lines.append(line.strip())
+                if len(line.removesuffix("\n")) > limits.MAX_LINE_CHARS:
+                    raise ValueError(f"{path}, line {len(lines)}: more than {limits.MAX_LINE_CHARS:,} characters, "
+                                     "the most a line of a corpus may hold "
+                                     "(minitransformer.kit.limits.MAX_LINE_CHARS): refused")
                 for count, name, what in ((chars, "MAX_CORPUS_CHARS", "characters"),
                                           (len(lines), "MAX_CORPUS_LINES", "lines")):
                     if count > getattr(limits, name):
@@ -87,12 +93,9 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
 
 
 def multi30k_dir() -> Path:
-    """Where Multi30k is: $MINITRANSFORMER_MULTI30K if set, else ../shared/data/multi30k beside the repository
-    if it exists, else ~/.cache/minitransformer/multi30k."""
-    if env := os.environ.get(MULTI30K_ENV):
-        return Path(env).expanduser()
-    shared = REPO_ROOT.parent / "shared" / "data" / "multi30k"
-    return shared if shared.is_dir() else MULTI30K_CACHE.expanduser()
+    """Where Multi30k is when no folder is given (``train --data-dir``, ``load_multi30k(directory)``):
+    $MINITRANSFORMER_MULTI30K if set, else ~/.cache/minitransformer/multi30k, which ``download_multi30k`` fills."""
+    return Path(os.environ.get(MULTI30K_ENV) or MULTI30K_CACHE).expanduser()
 
 
 def _multi30k_split(split: str, where: str) -> str:

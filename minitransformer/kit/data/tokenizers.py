@@ -27,7 +27,7 @@ from minitransformer.kit.data.vocab import (
     Vocab,
     split_pieces,
 )
-from minitransformer.kit import files
+from minitransformer.kit import files, limits
 
 MAX_LEARN_CHARS = 32     # longer pieces are learned from in parts (``_learning_chunks``) and not cached
 
@@ -122,7 +122,7 @@ class _Tokenizer:
 
     @classmethod
     def from_json(cls, text: str):
-        return cls.from_dict(files.parse_json(text, f"{cls.__name__}.from_json: text"))
+        return cls.from_dict(_parse(text, f"{cls.__name__}.from_json: text"))
 
     def save(self, path) -> Path:
         """Write the vocabulary (and merges) as UTF-8 JSON."""
@@ -344,10 +344,27 @@ def _check_dict(data, kind: str, where: str) -> None:
         raise TypeError(f"{where}: data['lowercase'] must be a bool, got {data['lowercase']!r}")
 
 
+def check_size(text, where: str):
+    """text, a tokeniser's JSON (str or bytes), if it is at most ``limits.MAX_TOKENIZER_BYTES`` in UTF-8, else a
+    ValueError naming ``where``; checked before parsing, which costs about ten times the text in memory."""
+    cap = limits.MAX_TOKENIZER_BYTES              # a str of more characters than that is more bytes, never encoded
+    if isinstance(text, (str, bytes)) and (len(text) > cap or isinstance(text, str) and
+                                           len(text.encode("utf-8", "surrogatepass")) > cap):
+        raise ValueError(f"{where}: more than {cap:,} bytes, the most a tokenizer's JSON may be "
+                         f"(minitransformer.kit.limits.MAX_TOKENIZER_BYTES): refused unread")
+    return text
+
+
+def _parse(text, where: str):
+    """A tokeniser's JSON text parsed, its size checked first (``check_size``)."""
+    return files.parse_json(check_size(text, where), where)
+
+
 def _read_json(path, where: str):
-    """A saved tokeniser's JSON: from a regular file only (a FIFO is refused, not waited on)."""
+    """A saved tokeniser's JSON: from a regular file only (a FIFO is refused, not waited on), read no further
+    than one byte past the size a tokeniser may have."""
     with files.open_regular(path, "tokenizer file") as f:
-        return files.parse_json(f.read(), f"{where}: tokenizer file {path}")
+        return _parse(f.read(limits.MAX_TOKENIZER_BYTES + 1), f"{where}: tokenizer file {path}")
 
 
 def tokenizer_from_dict(data: dict):
@@ -360,7 +377,7 @@ def tokenizer_from_dict(data: dict):
 
 def tokenizer_from_json(text: str):
     """A WordTokenizer or BPETokenizer from what its ``to_json`` returned."""
-    return tokenizer_from_dict(files.parse_json(text, "tokenizer_from_json: text"))
+    return tokenizer_from_dict(_parse(text, "tokenizer_from_json: text"))
 
 
 def load_tokenizer(path):

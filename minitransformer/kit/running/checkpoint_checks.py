@@ -15,6 +15,7 @@ from minitransformer.kit import limits
 from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
 from minitransformer.kit import files
+from minitransformer.kit.data.tokenizers import check_size
 from minitransformer.kit.limits import CONFIG_CAPS, MAX_COUNT
 from minitransformer.kit.running.settings import check_saved_settings
 
@@ -135,6 +136,11 @@ def check_meta(where: str, meta, specs: dict) -> list:
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"{where}: {key} must be an object, got {type(value).__name__}")
         meta[key] = {} if value is None and key in ("tokenizers", "extra") else value
+    for side, text in meta["tokenizers"].items():           # parsed later, by whoever translates: bounded here
+        if not isinstance(text, str):
+            raise ValueError(f"{where}: tokenizers.{side:.20} must be a tokenizer's JSON as a string, got "
+                             f"{type(text).__name__}")
+        check_size(text, f"{where}: tokenizers.{side:.20}")
     if isinstance(meta["extra"].get("settings"), dict):    # a run's settings: checked here, for every command
         meta["extra"]["settings"] = check_saved_settings(meta["extra"]["settings"], None, where, complete=False)
     unknown, absent = sorted(set(specs) - set(used)), sorted(set(used) - set(specs))

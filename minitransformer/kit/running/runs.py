@@ -154,3 +154,11 @@ def plot_attention(model, src_ids, src_labels, tgt_labels_fn, path: str, title: 
     save_figure(viz.attention_grid(cross if len(cross) <= 4 else cross[-1], x_labels=src_labels,
                                     y_labels=tgt_labels_fn(hyp + [c.eos_id]), title=title, x_name="key: source token",
                                     y_name="query: the token produced at this step"), path)
+
+
+def write_explanation(model, src_ids, data, path: str) -> None:
+    """The viewer's page (``viz.explain``) for one sentence, its labels from the task's tokenisers if it has them."""
+    from minitransformer.kit.running import viz
+
+    tokenizers = None if data.src_tok is None else (data.src_tok, data.tgt_tok)
+    viz.explain(model, src_ids, tokenizers=tokenizers).save(path)

@@ -18,6 +18,7 @@ from matplotlib.ticker import LogFormatter, MaxNLocator
 from minitransformer import backend
 from minitransformer.checks import float_array, positive_number
 from minitransformer.kit.data.tokenizers import readable_tokens
+from minitransformer.kit.running import viewer
 
 CMAP = "viridis"
 MAX_LABELS = 40            # a heatmap shows token labels up to this many positions, then position numbers
@@ -133,6 +134,37 @@ def attention_grid(attn, x_labels=None, y_labels=None, title=None, *, x_name: st
     fig.supxlabel(x_title, fontsize=10)
     fig.supylabel(y_title, fontsize=10)
     return fig
+
+
+class Explanation:
+    """What ``explain`` returns: ``.data`` (see ``viewer.build``), shown inline by Jupyter, JupyterLab and VS Code;
+    ``.save("page.html")`` the page, ``.save("fig.png")`` (or .svg, .pdf) one layer's heads, ``.figure()`` them."""
+
+    def __init__(self, data: dict):
+        self.data = data
+
+    def html(self) -> str:
+        return viewer.page(self.data)
+
+    def _repr_html_(self) -> str:
+        return viewer.inline(self.data)
+
+    def figure(self, stack: str = "decoder_cross", layer: int = -1) -> Figure:
+        attn, rows, cols = viewer.layer_maps(self.data, stack, layer)      # (H,Tq,Tk), query and key labels
+        return attention_grid(attn, x_labels=cols, y_labels=rows, title=f"{stack}, layer {layer}")
+
+    def save(self, path, *, stack: str = "decoder_cross", layer: int = -1):
+        return viewer.save(path, self.data, lambda: self.figure(stack, layer))
+
+
+def explain(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> Explanation:
+    """One sentence through a model (core or fast tier, trained or not), to look inside: every head's attention
+    (head view, model view), the queries and keys behind it, dL/dA after one backward pass of the loss on (src,
+    tgt), the decoding step by step, the masks and positions. Shown inline in a notebook; ``.save("page.html")``
+    writes one offline page, ``.save("fig.png")`` one layer's heads for a slide.
+    src, tgt: texts (with tokenizers=(src_tok, tgt_tok)) or token ids; tgt None: the model's own output, decoded
+    greedily or with beam_size > 1 (length penalty alpha)."""
+    return Explanation(viewer.build(model, src, tgt, tokenizers=tokenizers, beam_size=beam_size, alpha=alpha))
 
 
 def _mask_image(mask, name: str, where: str) -> tuple[numpy.ndarray, str]:

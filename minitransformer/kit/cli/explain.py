@@ -1,0 +1,38 @@
+"""``minitransformer explain``: one sentence through a trained run, written as one page that opens from disk in any
+browser (nothing fetched): every head's attention, the queries and keys behind it, the gradient of the loss on each
+attention map, the decoding step by step. The sentence is read as ``translate`` reads it."""
+
+import os
+import sys
+
+from minitransformer.kit.data.task_data import encode_sources
+from minitransformer.kit.running import viz
+from minitransformer.kit.running.runs import choose_blas_threads
+
+from .common import CLIError, load_run
+from .translate import _symbol_ids
+
+
+def cmd_explain(args) -> int:
+    _, model, src_tok, tgt_tok, _ = load_run(args.checkpoint, args.average)
+    choose_blas_threads(model.config)
+    if not args.sentence.strip():
+        raise CLIError("give a sentence to explain (symbol ids separated by spaces for a copy/reverse run), got an "
+                       "empty one")
+    if src_tok is None:                                    # copy/reverse: symbol ids
+        src, tokenizers = _symbol_ids(model, args.sentence), None
+        tgt = None if args.target is None else _symbol_ids(model, args.target)
+    else:
+        src, tokenizers = encode_sources(model, src_tok, [args.sentence])[0], (src_tok, tgt_tok)
+        tgt = None if args.target is None else tgt_tok.encode(args.target)
+        unknown = src_tok.unknown_words(args.sentence)
+        if unknown:
+            print(f"not in the model's vocabulary (read as <unk>): {', '.join(unknown)}", file=sys.stderr)
+    explanation = viz.explain(model, src, tgt, tokenizers=tokenizers, beam_size=args.beam_size, alpha=args.alpha)
+    path = explanation.save(args.out)
+    ids = explanation.data["output_ids"]
+    print(f"translation: {tgt_tok.decode(ids) if tgt_tok else ' '.join(map(str, ids))}")
+    for note in explanation.data["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {os.path.abspath(path)}: open it in a browser")
+    return 0

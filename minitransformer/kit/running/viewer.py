@@ -1,0 +1,205 @@
+"""The viewer's data: one sentence through any model of this package (core or fast tier), packed for a page that
+runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``, which shows itself
+in a notebook and saves the page or, for slides, a figure of one layer's heads.
+
+What the page gets, for (src, tgt) with tgt the model's own output unless given:
+    every attention map A (H,Tq,Tk) of the three stacks, the queries q and keys k it came from, the mask it used;
+    dL/dA of each map after one backward pass of the loss (cross-entropy, no label smoothing) on (src, tgt);
+    each head's share |sum(A * dL/dA)|: to first order, how much the loss moves if the head's output is scaled,
+    so the heads the loss pushes on stand out;
+    the decoding, step by step (greedy, or the beam's best hypothesis and its score), with the next-token
+    probabilities and each step's cross-attention;
+    the positional encodings of the positions used.
+Arrays travel as base64 float32 (exact, and under half the size of the same numbers written out). Past MAX_TOKENS
+tokens a side the input is cut and the page says so: the views draw T x T maps, which would grow past what a browser
+draws at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import numpy
+
+from minitransformer import backend, checks, decoding, fast
+from minitransformer.kit.files import atomic_write
+from minitransformer.loss import CrossEntropyLoss
+from minitransformer.model import Transformer
+
+MAX_TOKENS = 50                  # per side; a longer source or output is cut, with a note on the page
+TOP_K = 5                        # next-token candidates shown at each decoding step
+STACKS = ("encoder", "decoder_self", "decoder_cross")
+HERE = Path(__file__).parent
+
+
+def _pack(x) -> dict:
+    a = numpy.ascontiguousarray(backend.to_numpy(x), dtype="<f4")
+    return {"shape": list(a.shape), "b64": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _ids(owner: str, name: str, value, tokenizer, vocab_size: int) -> list:
+    """A sentence as a list of token ids: a text (read by the tokenizer) or a sequence of ints."""
+    if isinstance(value, str):
+        if tokenizer is None:
+            raise ValueError(f"{owner}: {name} is a text, so give tokenizers=(src_tok, tgt_tok) to read it; or "
+                             f"give token ids, got {value!r:.60}")
+        value = tokenizer.encode(value)
+    value = backend.to_numpy(value) if hasattr(value, "shape") else list(value)
+    return [int(i) for i in checks.token_ids(owner, name, value, vocab_size, ndim=1)]
+
+
+def _labeller(tokenizer, config):
+    if tokenizer is not None:
+        return tokenizer.token_labels
+    names = {config.pad_id: "<pad>", config.bos_id: "<bos>", config.eos_id: "<eos>"}
+    return lambda ids: [names.get(i, str(i)) for i in ids]
+
+
+def _stacks(model) -> dict:
+    """Each attention's core, by stack, in layer order."""
+    return {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],
+            "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],
+            "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
+
+
+def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
+    """Loss, logits (T,V), and per stack the layers' A, q, k (read from the attention core's cache, which holds
+    them until its backward) and dL/dA. Parameter gradients are put back as they were."""
+    grads = [p.grad.copy() for p in model.parameters()]
+    logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
+    host = backend.to_numpy
+    seen = {name: [(host(a.attn[0]), host(a._cache.q[0]), host(a._cache.k[0]), a._cache.scale) for a in cores]
+            for name, cores in _stacks(model).items()}
+    loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
+    loss = loss_fn(logits, numpy.asarray([tgt_out]))
+    model.backward(loss_fn.backward())
+    for p, g in zip(model.parameters(), grads):
+        p.grad[...] = g
+    layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
+                     for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
+    return loss, backend.to_numpy(logits[0]), layers
+
+
+def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam_size: int, alpha: float, label) -> dict:
+    """The output step by step, from the logits (T,V) of the decoder fed [BOS] + hyp: at step t the token chosen and
+    the TOP_K most probable next tokens; cross (L,H,T,S), the cross-attention of those steps, when it is not the
+    page's decoder_cross stack already (a given target)."""
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p -= numpy.log(numpy.exp(log_p).sum(-1, keepdims=True))                  # (T,V)
+    chosen = hyp + [eos_id if ended else int(log_p[-1].argmax())]     # cut: what it would have said next
+    k = min(TOP_K, log_p.shape[-1])
+    top = numpy.argpartition(-log_p, k - 1, axis=-1)[:, :k]                     # (T,k) the k best, in no order
+    top = numpy.take_along_axis(top, numpy.argsort(-numpy.take_along_axis(log_p, top, -1), axis=-1), -1)  # best first
+    steps = [{"token": label([token])[0], "p": float(numpy.exp(log_p[t, token])),
+              "top": [[label([int(i)])[0], float(numpy.exp(log_p[t, i]))] for i in top[t]]}
+             for t, token in enumerate(chosen)]
+    total = float(sum(log_p[t, token] for t, token in enumerate(chosen)))
+    return {"method": "greedy" if beam_size == 1 else f"beam search, beam {beam_size}, alpha {alpha:g}",
+            "log_p": total, "score": total / float(decoding.length_penalty(len(chosen), alpha)),
+            "steps": steps, "cross": None if cross is None else _pack(cross)}
+
+
+def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> dict:
+    """The page's data for one sentence (see the module docstring); the model's mode is left as it was."""
+    owner = "explain"
+    if not isinstance(model, Transformer):
+        raise TypeError(f"{owner}: model must be a minitransformer Transformer (core or fast), got "
+                        f"{type(model).__name__}")
+    if tokenizers is not None and (not isinstance(tokenizers, (tuple, list)) or len(tokenizers) != 2):
+        raise ValueError(f"{owner}: tokenizers must be a pair (source tokenizer, target tokenizer), got "
+                         f"{tokenizers!r:.80}")
+    beam_size = checks.int_in(owner, "beam_size", beam_size, 1, 100)
+    alpha = checks.non_negative(owner, "alpha", alpha)
+    c = model.config
+    src_tok, tgt_tok = tokenizers or (None, None)
+    src_label, tgt_label = _labeller(src_tok, c), _labeller(tgt_tok, c)
+    src = _ids(owner, "src", src, src_tok, c.src_vocab_size)
+    limit = min(MAX_TOKENS, c.max_len)
+    given = None if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
+    notes = [f"the source has {len(src)} tokens: the first {limit} are shown"] if len(src) > limit else []
+    src = src[:limit]
+    was_training = model.training
+    model.eval()
+    try:
+        search = {"beam_size": beam_size, "alpha": alpha} if beam_size > 1 else {}
+        hyp = (decoding.beam_search if search else decoding.greedy_decode)(model, numpy.asarray([src]),
+                                                                          max_len=limit - 1, **search)[0]
+        ended = len(hyp) < limit - 1
+        if not ended:
+            notes.append(f"the output was cut at {limit - 1} tokens")
+        target = hyp if given is None else given
+        tgt_in, tgt_out = [c.bos_id] + target, target + [c.eos_id]
+        loss, logits, layers = _forward_backward(model, src, tgt_in, tgt_out)
+        cross = None                                   # the output's own pass: the decoding is the page's stacks
+        if given is not None:                          # the output, teacher-forced: the rows decoding saw
+            logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
+            cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
+        steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam_size, alpha,
+                          tgt_label)
+    finally:
+        model.train(was_training)
+    padding = backend.to_numpy(model.src_mask(numpy.asarray([src]))[0, 0])                  # (1,S)
+    masks = {"encoder": padding, "decoder_cross": padding,
+             "decoder_self": backend.to_numpy(model.tgt_mask(numpy.asarray([tgt_in]))[0, 0])}   # (T,T)
+    sizes = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "positional")
+    data = {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
+            "target": "the model's own output" if given is None else "the given target", "loss": loss,
+            "notes": notes, "config": {k: getattr(c, k) for k in sizes},
+            "tier": "fast" if isinstance(model, fast.Transformer) else "core",
+            "decoding": steps, "output_ids": hyp, "stacks": {}}
+    for name in STACKS:
+        maps = layers[name]
+        share = numpy.stack([numpy.abs((m["attn"] * m["dattn"]).sum(axis=(1, 2))) for m in maps])   # (L,H)
+        data["stacks"][name] = {
+            "mask": _pack(numpy.broadcast_to(masks[name], maps[0]["attn"].shape[1:])),    # (Tq,Tk)
+            "share": share.tolist(), "scale": float(maps[0]["scale"]),
+            **{key: _pack(numpy.stack([m[key] for m in maps])) for key in ("attn", "dattn", "q", "k")}}  # (L,H,T,..)
+    positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
+    data["pe"] = _pack(positions[: max(len(src), len(tgt_in))])                              # (T,D)
+    return data
+
+
+def page(data: dict) -> str:
+    """One self-contained HTML page: the data, the script and the style inline; nothing fetched."""
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")    # no "</script>" inside
+    style, script = (HERE / "viewer.css").read_text("utf-8"), (HERE / "viewer.js").read_text("utf-8")
+    title = html.escape(" ".join(data["src"]))
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
+            f"<title>explain: {title}</title><style>{style}</style></head><body>"
+            f"<script type=\"application/json\" id=\"explain-data\">{payload}</script>"
+            f"<script>{script}</script></body></html>\n")
+
+
+def inline(data: dict) -> str:
+    """The page for a notebook's output (Jupyter, JupyterLab, VS Code): in an iframe, which keeps the page's script
+    and style apart from the notebook's own."""
+    return (f"<iframe srcdoc=\"{html.escape(page(data))}\" style=\"width:100%;height:760px;border:0\" "
+            f"title=\"minitransformer explain\"></iframe>")
+
+
+def layer_maps(data: dict, stack: str, layer: int) -> tuple:
+    """(attention (H,Tq,Tk) of one layer of a stack, its query labels, its key labels), for a figure."""
+    checks.one_of("Explanation.figure", "stack", stack, STACKS)
+    packed = data["stacks"][stack]["attn"]
+    attn = numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])     # (L,H,Tq,Tk)
+    layer = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
+    rows = data["src"] if stack == "encoder" else data["tgt_out"]          # a decoder query: the token it produces
+    return attn[layer], rows, data["tgt_in"] if stack == "decoder_self" else data["src"]
+
+
+def save(path, data: dict, figure) -> Path:
+    """Write the page (a path ending in .html) or figure(), a matplotlib Figure (.png, .svg, .pdf)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".html", ".htm"):
+        text = page(data).encode("utf-8")
+        atomic_write(path, lambda f: f.write(text), "page")
+    elif suffix in (".png", ".svg", ".pdf"):
+        fig = figure()
+        atomic_write(path, lambda f: fig.savefig(f, format=suffix[1:], dpi=150, bbox_inches="tight"), "figure")
+    else:
+        raise ValueError(f"Explanation.save: path must end in .html, .png, .svg or .pdf, got {str(path)!r}")
+    return path
