@@ -74,6 +74,20 @@ def test_no_handout_holds_the_reference_of_an_exercise_not_yet_due(weeks):
     assert 'raise NotImplementedError("LayerNorm.backward: part 2\'s exercise")' in text
 
 
+def test_the_graders_sandbox_holds_no_reference_of_an_exercise_not_yet_due(tmp_path):
+    """The copy of the core a student's code runs in while graded: week 1's exercises keep their reference bodies
+    (the other exercises' code is what the graded one runs on), later weeks' are stubbed, as in the handout."""
+    from minitransformer.kit.classroom.grader import core
+    from minitransformer.kit.classroom.maker import withheld_of
+
+    week1 = [EXERCISES[n] for n in WEEKS[1]]
+    core(tmp_path, EXERCISES["linear"], withheld_of(week1))
+    assert revealed(tmp_path) == set(WEEKS[1]) - {"linear"} | {n for n in EXERCISES if n.endswith(".forward")
+                                                               and EXERCISES[n].part == 1}
+    core(tmp_path / "all", EXERCISES["linear"])                  # without withheld: the check can see a leak
+    assert set(WEEKS[3]) <= revealed(tmp_path / "all")
+
+
 def test_train_copy_comes_with_part_3_and_every_readme_command_runs_in_week_1(weeks):
     assert not (weeks / "hw1" / "train_copy.py").exists()
     assert "train_copy" not in (weeks / "hw1" / "README.md").read_text()

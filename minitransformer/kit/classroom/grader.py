@@ -28,7 +28,7 @@ from minitransformer import backend
 from . import sandbox, train_copy
 from .cases import Failed, prepare, run
 from .exercises import CATALOGUE, EXERCISES, TRAIN, build
-from .maker import PACKAGE, core_files, stub
+from .maker import PACKAGE, core_files, parts_of, stub, withheld_of
 
 MATCH = 1e-6                 # relative agreement with the reference (a pass) or with a mistake (a diagnosis)
 LEARNS = 0.9                 # exact match on new strings that counts as learning the copy task
@@ -57,11 +57,12 @@ def copy_files(source: Path, target: Path, files=None) -> None:
         shutil.copyfile(path, target / name)
 
 
-def core(target: Path, exercise) -> None:
-    """The core as `make` hands it out, with the exercise's methods stubbed: the package the student's code runs in."""
+def core(target: Path, exercise, withheld: tuple = ()) -> None:
+    """The core as `make` hands it out, with the exercise's methods stubbed, and those of the parts not yet due
+    (``withheld``) too: the package the student's code runs in."""
     for file, source in core_files().items():
         (target / PACKAGE / file).parent.mkdir(parents=True, exist_ok=True)
-        (target / PACKAGE / file).write_text(stub(source, file, [exercise], False))
+        (target / PACKAGE / file).write_text(stub(source, file, [exercise], False, withheld))
 
 
 def normalised(source: str, cls_name: str, names) -> list:
@@ -94,7 +95,7 @@ def identical(exercise, student: Path) -> bool:
         return False
 
 
-def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid) -> dict:
+def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid, withheld: tuple = ()) -> dict:
     """Compute the reference on the cases of each seed (the first public), then start the student's process."""
     job = {"exercise": exercise, "folder": folder, "seeds": list(seeds), "runs": []}
     folder.mkdir()
@@ -107,7 +108,7 @@ def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid) 
         else:
             targets = [(file, cls.__name__, names) for file, cls, _, names in exercise.methods()]
             copy_files(student, folder / "student", sorted({t[0] for t in targets}))
-            core(folder, exercise)
+            core(folder, exercise, withheld)
             backend.set_backend("numpy")           # the grader's checks read host arrays
             backend.set_default_dtype("float64")
             given = []
@@ -279,6 +280,7 @@ def grade(assignment, submission=None, *, seed=None, diagnoses="what", time_limi
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"classroom grade: seed must be a non-negative int, got {seed!r}")
     time_limit = 30.0 if time_limit is None else float(time_limit)
+    withheld = withheld_of(exercises, parts_of(json.loads(manifest.read_text()).get("reveal", ())))
     exercises += [TRAIN] if any(e.part == 3 for e in exercises) else []
     for folder in (Path(minitransformer.__file__).parent, assignment, student):
         sandbox.lock(folder)
@@ -288,7 +290,8 @@ def grade(assignment, submission=None, *, seed=None, diagnoses="what", time_limi
         while pending or running:
             while pending and len(running) < workers:
                 e = pending.pop(0)
-                running.append(begin(e, student, [0, seed], Path(root) / e.name, time_limit, sandbox.user()))
+                running.append(begin(e, student, [0, seed], Path(root) / e.name, time_limit, sandbox.user(),
+                                     withheld))
             time.sleep(0.02)
             for job in list(running):
                 late = "process" in job and job["process"].poll() is None and time.monotonic() > job["deadline"]

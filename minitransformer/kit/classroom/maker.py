@@ -109,8 +109,7 @@ def make(directory, exercises=None, solutions: bool = False, reveal=()) -> list:
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise FileExistsError(f"classroom make: {directory} already exists and is not an empty folder; "
                               f"give a new folder (nothing there is overwritten)")
-    parts = sorted({e.part for e in chosen})
-    withheld = tuple(e for e in EXERCISES.values() if e not in chosen and e.part not in (*parts, *reveal))
+    parts, withheld = sorted({e.part for e in chosen}), withheld_of(chosen, reveal)
     later = sorted({str(e.part) for e in withheld})
     root, here = Path(minitransformer.__file__).parent, Path(__file__).parent
     for file, text in core_files().items():
@@ -136,6 +135,13 @@ def make(directory, exercises=None, solutions: bool = False, reveal=()) -> list:
         {"package": PACKAGE, "exercises": [e.name for e in chosen], "reveal": list(reveal),
          "made_by": f"minitransformer {minitransformer.__version__}"}, indent=1) + "\n")
     return chosen
+
+
+def withheld_of(chosen, reveal=()) -> tuple:
+    """The exercises of the parts neither handed out (with one of ``chosen``) nor revealed: their reference bodies
+    stay out of the handout, the solutions and the grader's sandbox alike."""
+    parts = {e.part for e in chosen}
+    return tuple(e for e in EXERCISES.values() if e not in chosen and e.part not in (*parts, *reveal))
 
 
 def parts_of(reveal) -> tuple:
