@@ -9,6 +9,7 @@ experiments/results/NAME-quick with --quick (ignored by git, so a quick run neve
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -27,6 +28,21 @@ import numpy  # after the thread settings
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+PROTOCOLS = HERE / "protocols"
+
+
+def protocol(name: str) -> dict:
+    """A study's protocol, protocols/NAME.json, fixed before its runs: the arms, seeds, tuning rule, metrics,
+    margins and verdict rule, and under "settings" what the study runs. Its "sha256" (of the file's bytes) names
+    the run: results.json stores it, and a resumable study keeps its runs under it, so that a run under a changed
+    protocol is a new run."""
+    raw = (PROTOCOLS / f"{name}.json").read_bytes()
+    return {**json.loads(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def digest(settings: dict) -> str:
+    """The sha256 of a settings dict (its JSON, keys sorted): what names a quick run's store."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -51,8 +67,11 @@ def main(module, argv=None) -> None:
     path = out / "results.json"
     if not args.replot:
         settings = module.QUICK if args.quick else module.SETTINGS
-        results = module.run(settings, progress=not args.no_progress)
-        path = save(out, module.NAME, settings, results, started, args.quick)
+        sha = digest(settings) if args.quick or not hasattr(module, "PROTOCOL") else module.PROTOCOL["sha256"]
+        kwargs = {"folder": out / f"runs-{sha[:12]}"} if getattr(module, "RESUMABLE", False) else {}
+        results = module.run(settings, progress=not args.no_progress, **kwargs)
+        path = save(out, module.NAME, settings, results, started, args.quick,
+                    None if args.quick else getattr(module, "PROTOCOL", None))
     for name, fig in module.figures(load(path)).items():
         save_figure(fig, out, f"{module.NAME}_{name}")
     print(f"wrote {path if not args.replot else 'the plots'} in {out} in {time.perf_counter() - started:.0f} s")
@@ -78,11 +97,15 @@ def machine() -> dict:
             "python": platform.python_version(), "numpy": numpy.__version__, "platform": platform.platform()}
 
 
-def save(out: Path, name: str, settings: dict, results: dict, started: float, quick: bool) -> Path:
-    """Write results.json: the settings, the machine, the wall time and the figures."""
+def save(out: Path, name: str, settings: dict, results: dict, started: float, quick: bool,
+         protocol_: dict | None = None) -> Path:
+    """Write results.json: the settings, the protocol's file and sha256, the machine, the wall time and the
+    figures."""
     payload = {"experiment": name, "quick": quick, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.perf_counter() - started, 1),
                "machine": machine(), "settings": settings, "results": results}
+    if protocol_ is not None:
+        payload["protocol"] = {"file": f"protocols/{name}.json", "sha256": protocol_["sha256"]}
     path = out / "results.json"
     path.write_text(json.dumps(payload, indent=1, default=_plain) + "\n", encoding="utf-8")
     return path
