@@ -83,11 +83,12 @@ def comparisons(runs: list, s: dict) -> dict:
             out[f"{label(kind)} - unscaled dot, d_k = {d_k}"] = {
                 "claim": claim, "formats": {"steps": "+.0f", "loss": "+.2e"},
                 **stats.compare(arm("dot", d_k), arm(kind, d_k),
-                                {m: (sign, s["margins"][m]) for m in ("steps", "loss")})}
+                                {m: (sign, s["margins"][m]) for m in ("steps", "loss")}, PROTOCOL["bounds"])}
     out[f"scaled - unscaled dot, d_k = {large}"] = {
         "claim": "scaling helps at large d_k", "formats": {"steps": "+.0f", "loss": "+.2e"},
-        **stats.compare(arm("dot", large), arm("scaled", large), {m: (-1, s["margins"][m]) for m in ("steps", "loss")})}
-    return out
+        **stats.compare(arm("dot", large), arm("scaled", large), {m: (-1, s["margins"][m]) for m in ("steps", "loss")},
+                        PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def summarize(runs: list, tuning_runs: list, lrs: dict, s: dict) -> dict:

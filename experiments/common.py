@@ -179,8 +179,9 @@ def summary(values) -> dict:
 
 def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
     """Every comparison of a study, a line each: what it compares, the claim, for each metric its mean paired
-    difference with the 95% interval (Student's t), the sample SD and the per-seed differences, and the verdict
-    (experiments/stats.py). A comparison still missing seeds shows its status instead of a verdict."""
+    difference with the 95% interval (Student's t), the sample SD and the per-seed differences, the verdict
+    (experiments/stats.py), the Holm-adjusted p over the study's comparisons and the verdict it leaves. A
+    comparison still missing seeds shows its status instead of a verdict."""
     import stats
 
     metrics = list(dict.fromkeys(m for c in comparisons.values() for m in c["metrics"]))
@@ -200,6 +201,10 @@ def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
             row += [f"{stats.fmt_diff(p, f)} (claim: {expected})",
                     "-" if p["sd"] is None else f"{p['sd']:{f.lstrip('+')}}",
                     ", ".join(f"{d:{f}}" for d in p["diffs"])]
-        row.append(c["verdict"] if c.get("status", "complete") == "complete" else c["status"])
+        if c.get("status", "complete") != "complete":
+            row += [c["status"], "", ""]
+        else:
+            row += [stats.shown(c["verdict"], c), f"{c['p_holm']:.2g}" if "p_holm" in c else "-",
+                    stats.shown(c["verdict_holm"], c) if "verdict_holm" in c else "-"]
         rows.append(row)
-    return markdown_table("", header + ["verdict"], rows).lstrip("\n")
+    return markdown_table("", header + ["verdict", "p, Holm", "verdict, Holm-corrected"], rows).lstrip("\n")

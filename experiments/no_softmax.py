@@ -30,6 +30,7 @@ from retrieval import QUICK_RETRIEVAL, aggregate, run_tuned, steps_or_censored
 NAME = "no_softmax"
 PROTOCOL = common.protocol(NAME)
 RESUMABLE = True
+SOURCE = "this project's question"
 LABELS = {"scaled": "softmax(S)", "raw": "S (no softmax)", "normalised": "S / (sum|S| + 1)"}
 SETTINGS = PROTOCOL["settings"]
 QUICK = dict(QUICK_RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16], seeds=[0, 1], lrs=[1e-3, 3e-3],
@@ -62,8 +63,9 @@ def comparisons(runs: list, s: dict) -> dict:
         for d_k in s["d_ks"]:
             out[f"{LABELS[kind]} - softmax(S), d_k = {d_k}"] = {
                 "claim": "worse without the softmax", "formats": {"accuracy": "+.3f", "steps": "+.0f"},
-                **stats.compare(arm(s["kinds"][0], d_k), arm(kind, d_k), {"accuracy": (-1, 0.0), "steps": (1, 0.0)})}
-    return out
+                "source": SOURCE, **stats.compare(arm(s["kinds"][0], d_k), arm(kind, d_k),
+                                                  {"accuracy": (-1, 0.0), "steps": (1, 0.0)}, PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def figures(payload) -> dict:

@@ -264,7 +264,8 @@ def test_table1_claims_on_constructed_results():
                            "O(n^2) in memory)")
     assert verdicts[4:8] == ["yes"] * 4 and verdicts[8] == "yes"
     assert verdicts[9].startswith("yes") and verdicts[10].startswith("yes")
-    assert verdicts[11] == "the count yes; in time no on this CPU"
+    assert verdicts[11] == ("the count by construction (its multiply-add formulas are written in, not measured); "
+                            "in time no on this CPU")
     # self-attention's time grows linearly: the O(n^2 d) claim fails
     res["cost"]["self_attention"] = {n: dict(c, best_ms=1e-3 * int(n)) for n, c in res["cost"]["self_attention"].items()}
     res["sequential_operations"]["recurrent"]["128"] += 1               # no longer proportional to n
@@ -272,7 +273,8 @@ def test_table1_claims_on_constructed_results():
     res["crossover"]["time_self_attention_vs_recurrent_n"] = 70.0       # in time near d
     verdicts = [c["verdict"] for c in table1.claims(res, s)]
     assert verdicts[0] == "no (O(n) in time)" and verdicts[5] == "no" and verdicts[9] == "no"
-    assert verdicts[11] == "the count yes; in time yes on this CPU"
+    assert verdicts[11] == ("the count by construction (its multiply-add formulas are written in, not measured); "
+                            "in time yes on this CPU")
     # the recurrent layer's memory grows as n^2 while its time stays linear: the claim fails on memory alone
     res["cost"]["recurrent"] = {n: dict(c, peak_bytes=100 * int(n) ** 2) for n, c in res["cost"]["recurrent"].items()}
     res["crossover"]["multiply_adds_self_attention_vs_recurrent_n"] = None        # no count crossover in range
@@ -291,7 +293,8 @@ def test_table1_claims_against_d_on_constructed_crossovers():
 
     s = {"crossover_ns": [16, 2048]}
     verdicts = [c["verdict"] for c in table1.claims_by_d(by_d([40.0, 70.0, 200.0]), s)]
-    assert verdicts == ["yes, at every d", "yes, within a factor 2 at every d", "yes, within a factor 2 at every d"]
+    assert verdicts == ["by construction, at every d (the multiply-add formulas are written in, not measured)",
+                        "yes, within a factor 2 at every d", "yes, within a factor 2 at every d"]
     rising = "no: it moves up with d, but far above n = d"
     assert table1.claims_by_d(by_d([1000.0, 1400.0, None]), s)[1]["verdict"] == rising
     # falling, flat, below d, never inside the range, or a None before a value: plain "no"
