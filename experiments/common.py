@@ -204,7 +204,8 @@ def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
         if c.get("status", "complete") != "complete":
             row += [c["status"], "", ""]
         else:
-            row += [stats.shown(c["verdict"], c), f"{c['p_holm']:.2g}" if "p_holm" in c else "-",
+            tested = "p_holm" in c and c["verdict"] in ("reproduced", "opposite", "inconclusive")
+            row += [stats.shown(c["verdict"], c), f"{c['p_holm']:.2g}" if tested else "-",
                     stats.shown(c["verdict_holm"], c) if "verdict_holm" in c else "-"]
         rows.append(row)
     return markdown_table("", header + ["verdict", "p, Holm", "verdict, Holm-corrected"], rows).lstrip("\n")
