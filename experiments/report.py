@@ -293,11 +293,12 @@ def warmup_and_norm() -> str:
     verdicts = {}
     for c in res["comparisons"].values():
         for which in ("verdict", "verdict_holm"):
-            row = verdicts.setdefault((c["claim"], which), {v: 0 for v in stats.VERDICTS})
-            row[c[which]] += 1
+            row = verdicts.setdefault((c["claim"], which), {k: 0 for k in KINDS})
+            row[kind(c[which], c)] += 1
+    used = [k for k in KINDS if any(v[k] for v in verdicts.values())]
     summary = common.markdown_table("How often each claim holds over the grid's comparisons, before and after Holm:",
-                                    ["claim", "", *stats.VERDICTS],
-                                    [[k, "Holm" if w == "verdict_holm" else "uncorrected", *v.values()]
+                                    ["claim", "", *used],
+                                    [[k, "Holm" if w == "verdict_holm" else "uncorrected", *(v[x] for x in used)]
                                      for (k, w), v in verdicts.items()])
     return "\n\n".join([_run_line(p), grad_table, common.markdown_table(title, header, rows), summary,
                         common.comparison_table(res["comparisons"], "+.3f")])

@@ -187,7 +187,7 @@ def comparisons(grid: list, s: dict) -> dict:
     level = "rate level" if s.get("match") == "total" else "peak"
     claim = "warmup helps at equal total rate" if s.get("match") == "total" else "warmup helps"
     source = {"source": SOURCE, **({} if s.get("match") == "total" else
-                                   {"confound": "a longer warmup at the same peak gets 4-5x the total rate"})}
+                                   {"confound": "4-5x the total rate of warmup 1"})}
     out = {}
     for norm in NORMS:
         for peak in s["peaks"]:
