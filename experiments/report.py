@@ -333,8 +333,8 @@ def no_softmax() -> str:
              f"{s['steps']}; counted as {s['steps'] + s['eval_every']} in the comparisons)")
     parts = [_run_line(p)]
     if "lrs" in s:
-        parts[0] += "\n\n" + _lr_note(res, s, {arm: _lr_choice(res, arm) for arm in res["lrs"]},
-                                       lambda arm: f"{ns.LABELS[arm.split('/')[0]]}, d_k = {arm.split('/')[1]}")
+        name = (lambda arm: f"{ns.LABELS[arm.split('/')[0]]}, d_k = {arm.split('/')[1]}")
+        parts[0] += "\n\n" + _lr_note(res, s, {name(arm): _lr_choice(res, arm) for arm in res["lrs"]}, name)
     return "\n\n".join(parts + [common.markdown_table(title, [
         "weights", "d_k", "lr", "final accuracy", "min", f"steps to {s['target_accuracy']:.0%} (per seed)",
         "largest weight at init", "ms/step"], rows), common.comparison_table(res["comparisons"])])
