@@ -185,7 +185,8 @@ def _lr_choice(res: dict, arm: str) -> tuple:
     if "scores" in res:
         return res["lrs"][arm], {float(lr): v for lr, v in res["scores"][arm].items()}
     kind, d_k = arm.split("/")
-    return res["lrs"][arm], {r["lr"]: r["mean_loss"] for r in res["tuning"] if (r["kind"], str(r["d_k"])) == (kind, d_k)}
+    return res["lrs"][arm], {r["lr"]: r["mean_loss"] for r in res["tuning"]
+                             if (r["kind"], str(r["d_k"])) == (kind, d_k)}
 
 
 def _lr_note(res: dict, s: dict, tuned: dict, name) -> str:
@@ -458,7 +459,8 @@ def summary() -> str:
          f"that says no), {by['no'] + by['only']} no or only in part.")])
 
 
-SECTIONS = {"summary": summary, "table1": table1, "table1-by-d": table1_by_d, "attention-variants": attention_variants, "table3": table3,
+SECTIONS = {"summary": summary, "table1": table1, "table1-by-d": table1_by_d, "attention-variants": attention_variants,
+            "table3": table3,
             "table3-300-steps": table3_300_steps, "multi30k-table3": multi30k_table3,
             "label-smoothing": label_smoothing, "warmup-and-norm": warmup_and_norm, "averaging": averaging,
             "extrapolation": extrapolation, "no-softmax": no_softmax, "restricted-attention": restricted_attention}

@@ -153,7 +153,8 @@ def test_the_resumable_studies_results_follow_from_their_finished_runs():
     folder = report.RESULTS / "multi30k_table3"
     stored = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     s = stored["settings"]
-    finished = resumable.collect(folder, [multi30k_table3.run_key(row, seed) for row in s["rows"] for seed in s["seeds"]])
+    finished = resumable.collect(folder, [multi30k_table3.run_key(row, seed) for row in s["rows"]
+                                          for seed in s["seeds"]])
     again = multi30k_table3.aggregate(s, finished)
     fresh = json.loads(json.dumps({**again, "wall_seconds_of_runs": resumable.wall_seconds(folder)}, default=str))
     assert fresh["comparisons"] == stored["results"]["comparisons"]
