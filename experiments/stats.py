@@ -211,10 +211,10 @@ def shown(verdict_: str, c: dict) -> str:
     quantity than the paper's (c["quantity"]), "confounded (...)" for "reproduced" or "opposite" where a difference
     between the arms other than the one compared may carry the effect (c["confound"]), ", untuned" where its rates
     were not tuned (c["untuned"]), and the source of a claim the paper does not make in brackets (c["source"])."""
-    if c.get("quantity") and verdict_ in ("reproduced", "opposite"):
-        verdict_ = {"reproduced": "same direction", "opposite": "opposite direction"}[verdict_]
     if c.get("confound") and verdict_ in ("reproduced", "opposite"):
         verdict_ = f"confounded ({c['confound']})"
+    if c.get("quantity") and verdict_ in ("reproduced", "opposite"):
+        verdict_ = {"reproduced": "same direction", "opposite": "opposite direction"}[verdict_]
     if c.get("untuned"):
         verdict_ += ", untuned"
     return verdict_ + (f" [{c['source']}]" if c.get("source") else "")

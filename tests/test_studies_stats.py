@@ -219,6 +219,7 @@ def test_shown_names_the_quantity_the_confound_the_tuning_and_the_source():
     assert stats.shown("reproduced", {"quantity": "learning speed"}) == "same direction"
     assert stats.shown("inconclusive", {"quantity": "learning speed"}) == "inconclusive"
     assert stats.shown("reproduced", {"confound": "4x the rate"}) == "confounded (4x the rate)"
+    assert stats.shown("reproduced", {"confound": "4x", "quantity": "speed"}) == "confounded (4x)"
     assert stats.shown("reproduced", {"untuned": True}) == "reproduced, untuned"
     assert stats.shown("opposite", {"source": "Xiong et al. 2020"}) == "opposite [Xiong et al. 2020]"
 
