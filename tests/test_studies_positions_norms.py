@@ -51,14 +51,14 @@ def test_extrapolation_quick_run(tmp_path):
 
 def test_extrapolation_verdicts_on_constructed_runs():
     # L = 2: lengths 1, 2 seen, 3, 4 unseen. Sinusoidal ahead beyond L on every seed by a varying margin: the
-    # extrapolation claims are reproduced; on the seen lengths the two are equal: inside the margin, reproduced.
+    # extrapolation claims are reproduced; on the seen lengths both are at exact match 1: at the ceiling.
     s = {"tasks": ["copy"], "kinds": ["sinusoidal", "learned"], "L": 2}
     runs = []
     for seed, gain in enumerate([0.10, 0.20, 0.15]):
         runs.append({"task": "copy", "kind": "learned", "seed": seed, "exact_match": [1.0, 1.0, 0.0, 0.0]})
         runs.append({"task": "copy", "kind": "sinusoidal", "seed": seed, "exact_match": [1.0, 1.0, gain, 0.0]})
     c = extrapolation.comparisons(runs, s)
-    assert c["copy: sinusoidal - learned, lengths 1..2"]["verdict"] == "reproduced"
+    assert c["copy: sinusoidal - learned, lengths 1..2"]["verdict"] == "at ceiling"
     assert c["copy: sinusoidal - learned, length 3"]["verdict"] == "reproduced"
     assert c["copy: sinusoidal - learned, length 3"]["metrics"]["exact_match"]["diffs"] == pytest.approx([0.1, 0.2, 0.15])
     assert c["copy: sinusoidal - learned, lengths 3..4"]["metrics"]["exact_match"]["mean"] == pytest.approx(0.075)
@@ -68,6 +68,9 @@ def test_extrapolation_verdicts_on_constructed_runs():
     c = extrapolation.comparisons(runs, s)
     assert c["copy: sinusoidal - learned, length 3"]["verdict"] == "inconclusive"
     assert c["copy: sinusoidal - learned, lengths 1..2"]["verdict"] == "inconclusive"   # -0.05 on one seed
+    for r in runs:                                 # off the ceiling and equal: inside the margin, reproduced
+        r["exact_match"][:2] = [0.8, 0.8]
+    assert extrapolation.comparisons(runs, s)["copy: sinusoidal - learned, lengths 1..2"]["verdict"] == "reproduced"
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse"])
