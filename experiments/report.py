@@ -46,8 +46,11 @@ def protocol_line(p: dict, name: str) -> str:
     """Which protocol a stored run followed: the file and its sha256, and whether the file still has that hash."""
     path = common.PROTOCOLS / f"{name}.json"
     if "protocol" not in p:
-        return (f"Protocol: run before its protocol was written down; `protocols/{name}.json` records its settings "
-                "and rules.")
+        if path.exists() and common.protocol(name)["settings"] == p["settings"]:
+            return (f"Protocol: run before its protocol was written down; `protocols/{name}.json` records its "
+                    "settings and rules.")
+        return (f"Protocol: an earlier one (its settings are stored with the run); `protocols/{name}.json` is the "
+                "protocol now.")
     sha = p["protocol"]["sha256"]
     now = common.protocol(name)["sha256"] if path.exists() else None
     return (f"Protocol: `protocols/{name}.json`, sha256 {sha[:12]}, fixed before the run"
