@@ -182,3 +182,15 @@ def test_the_stored_table3_differences_are_those_of_its_run_files():
         mine = files(row)
         for i, metric in enumerate(("steps", "ppl")):
             assert c["metrics"][metric]["diffs"] == pytest.approx([mine[k][i] - base[k][i] for k in s["seeds"]]), row
+
+
+def test_the_protocol_line_says_which_protocol_a_run_followed(tmp_path, monkeypatch):
+    import common
+
+    monkeypatch.setattr(common, "PROTOCOLS", tmp_path)
+    (tmp_path / "s.json").write_text('{"settings": {"x": 1}}', encoding="utf-8")
+    sha = common.protocol("s")["sha256"]
+    assert "fixed before the run." in report.protocol_line({"protocol": {"sha256": sha}}, "s")
+    assert "has changed since" in report.protocol_line({"protocol": {"sha256": "0" * 64}}, "s")
+    assert "run before its protocol was written down" in report.protocol_line({"settings": {"x": 1}}, "s")
+    assert "an earlier one" in report.protocol_line({"settings": {"x": 2}}, "s")
