@@ -17,12 +17,13 @@ Additive attention is Bahdanau's v^T tanh(q W_q + k W_k), with a hidden layer of
 as a second arm, of 128 units: at d_k = 4 a hidden layer of 4 units is a far smaller network than the paper's
 additive attention, whose hidden size does not shrink with d_k.
 
-Every arm (scoring function, d_k) gets its own learning rate for Adam, chosen from SETTINGS["lrs"] on a tuning
-seed that is not one of the compared seeds, by its mean held-out loss over the run (the area under its loss curve,
-which counts both how soon it learns and whether it stays learned; steps to 90% alone would pick a rate that gets
-there first and then falls back): the same effort for every arm.
-Then 5 seeds at that rate; the comparisons are paired by seed (the same data stream and initial embeddings), with
-95% intervals and verdicts (experiments/stats.py).
+The protocol (experiments/protocols/attention_variants.json, read here; its sha256 is stored with the results)
+fixes the arms, the seeds, the tuning and the verdict rule before the runs. Every arm (scoring function, d_k)
+gets its own Adam learning rate, chosen from its grid on tuning seeds that are not compared seeds, by the mean
+held-out loss over the run (retrieval.choose_lr: how soon it learns and whether it stays learned both count; a
+stated tie rule): the same effort for every arm. Then the compared seeds at that rate; the comparisons are paired
+by seed (the same data stream and initial embeddings), with 95% intervals and verdicts (experiments/stats.py).
+Each run is stored as it finishes (resumable.py), under the protocol's hash: an interrupted study resumes.
 
     python experiments/attention_variants.py            # about 11 minutes on 2 idle CPU cores
     python experiments/attention_variants.py --quick    # seconds
@@ -34,14 +35,15 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL, aggregate, steps_or_censored, train
+from retrieval import QUICK_RETRIEVAL, aggregate, run_tuned, steps_or_censored
 
 NAME = "attention_variants"
+PROTOCOL = common.protocol(NAME)
+RESUMABLE = True
 LABELS = {"dot": "dot product, unscaled", "scaled": "dot product / sqrt(d_k)", "additive": "additive, d_hidden = d_k"}
-SETTINGS = dict(RETRIEVAL, kinds=["dot", "scaled", "additive", "additive:128"], d_ks=[4, 128], seeds=[0, 1, 2, 3, 4],
-                lrs=[1e-3, 3e-3, 1e-2, 3e-2], tune_seed=100, margins={"steps": 50.0, "loss": 0.05})
+SETTINGS = PROTOCOL["settings"]
 QUICK = dict(QUICK_RETRIEVAL, kinds=["dot", "scaled", "additive", "additive:32"], d_ks=[4, 16], seeds=[0, 1],
-             lrs=[1e-3, 3e-3], tune_seed=100, margins={"steps": 50.0, "loss": 0.05})
+             lrs=[1e-3, 3e-3], tune_seeds=[100], tie=0.02, margins={"steps": 50.0, "loss": 0.05})
 
 
 def label(kind: str) -> str:
@@ -55,27 +57,10 @@ def arms(s: dict) -> list:
     return [(kind, d_k) for d_k in s["d_ks"] for kind in s["kinds"] if kind != f"additive:{d_k}"]
 
 
-def mean_loss(run: dict) -> float:
-    """The held-out loss averaged over every evaluation of a run, step 0 included: what the tuning minimises."""
-    return float(numpy.mean(run["loss"]))
-
-
-def run(s, progress=True) -> dict:
-    tuning_runs, runs, lrs = [], [], {}
-    bar = common.progress(len(arms(s)) * (len(s["lrs"]) + len(s["seeds"])) * s["steps"], "attention variants",
-                          disable=not progress)
-    for kind, d_k in arms(s):
-        bar.set_postfix_str(f"{kind} d_k={d_k} tuning")
-        tuned = [dict(train(kind, d_k, s["tune_seed"], dict(s, lr=lr), bar), lr=lr) for lr in s["lrs"]]
-        best = min(tuned, key=lambda r: (mean_loss(r), steps_or_censored(r, s)))["lr"]
-        lrs[f"{kind}/{d_k}"] = best
-        tuning_runs += [{**{k: r[k] for k in ("kind", "d_k", "lr", "steps_to_target", "final_loss", "final_accuracy")},
-                         "mean_loss": mean_loss(r)} for r in tuned]
-        for seed in s["seeds"]:
-            bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
-            runs.append(dict(train(kind, d_k, seed, dict(s, lr=best), bar), lr=best))
-    bar.close()
-    return summarize(runs, tuning_runs, lrs, s)
+def run(s, progress=True, folder=None) -> dict:
+    """Tune and train every arm (retrieval.run_tuned, stored in ``folder`` as each run finishes), then summarise."""
+    res = run_tuned(s, arms(s), folder, log=print if progress else (lambda line: None))
+    return {**summarize(res["runs"], res["tuning"], res["lrs"], s), "scores": res["scores"], "ties": res["ties"]}
 
 
 def comparisons(runs: list, s: dict) -> dict:
@@ -98,11 +83,12 @@ def comparisons(runs: list, s: dict) -> dict:
             out[f"{label(kind)} - unscaled dot, d_k = {d_k}"] = {
                 "claim": claim, "formats": {"steps": "+.0f", "loss": "+.2e"},
                 **stats.compare(arm("dot", d_k), arm(kind, d_k),
-                                {m: (sign, s["margins"][m]) for m in ("steps", "loss")})}
+                                {m: (sign, s["margins"][m]) for m in ("steps", "loss")}, PROTOCOL["bounds"])}
     out[f"scaled - unscaled dot, d_k = {large}"] = {
         "claim": "scaling helps at large d_k", "formats": {"steps": "+.0f", "loss": "+.2e"},
-        **stats.compare(arm("dot", large), arm("scaled", large), {m: (-1, s["margins"][m]) for m in ("steps", "loss")})}
-    return out
+        **stats.compare(arm("dot", large), arm("scaled", large), {m: (-1, s["margins"][m]) for m in ("steps", "loss")},
+                        PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def summarize(runs: list, tuning_runs: list, lrs: dict, s: dict) -> dict:

@@ -44,8 +44,8 @@ from minitransformer.kit.cli.common import load_run
 
 NAME = "averaging"
 
-SETTINGS = {"task": "toy", "steps": 1000, "save_every": 25, "keep": 40, "budgets": [400, 600, 1000],
-            "averages": [1, 2, 5, 10], "curve_from": 200, "seeds": [0, 1, 2, 3, 4], "limit": None}
+PROTOCOL = common.protocol(NAME)
+SETTINGS = PROTOCOL["settings"]
 QUICK = {"task": "toy", "steps": 8, "save_every": 2, "keep": 4, "budgets": [4, 8], "averages": [1, 2],
          "curve_from": 6, "seeds": [0], "limit": 20}
 
@@ -127,8 +127,8 @@ def comparisons(runs: list, s: dict) -> dict:
         for m in s["averages"][1:]:
             arm = {k: {r["seed"]: r[k][str(b)][str(m)] for r in runs} for k in metrics}
             out[f"last {m} - last 1, {b} steps"] = {"claim": "averaging helps", "formats": {"ppl": "+.3f"},
-                                                    **stats.compare(last, arm, metrics)}
-    return out
+                                                    **stats.compare(last, arm, metrics, PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def summarize(runs: list, s: dict) -> dict:

@@ -9,6 +9,7 @@ experiments/results/NAME-quick with --quick (ignored by git, so a quick run neve
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -27,6 +28,21 @@ import numpy  # after the thread settings
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+PROTOCOLS = HERE / "protocols"
+
+
+def protocol(name: str) -> dict:
+    """A study's protocol, protocols/NAME.json, fixed before its runs: the arms, seeds, tuning rule, metrics,
+    margins and verdict rule, and under "settings" what the study runs. Its "sha256" (of the file's bytes) names
+    the run: results.json stores it, and a resumable study keeps its runs under it, so that a run under a changed
+    protocol is a new run."""
+    raw = (PROTOCOLS / f"{name}.json").read_bytes()
+    return {**json.loads(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def digest(settings: dict) -> str:
+    """The sha256 of a settings dict (its JSON, keys sorted): what names a quick run's store."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -51,8 +67,11 @@ def main(module, argv=None) -> None:
     path = out / "results.json"
     if not args.replot:
         settings = module.QUICK if args.quick else module.SETTINGS
-        results = module.run(settings, progress=not args.no_progress)
-        path = save(out, module.NAME, settings, results, started, args.quick)
+        sha = digest(settings) if args.quick or not hasattr(module, "PROTOCOL") else module.PROTOCOL["sha256"]
+        kwargs = {"folder": out / f"runs-{sha[:12]}"} if getattr(module, "RESUMABLE", False) else {}
+        results = module.run(settings, progress=not args.no_progress, **kwargs)
+        path = save(out, module.NAME, settings, results, started, args.quick,
+                    None if args.quick else getattr(module, "PROTOCOL", None))
     for name, fig in module.figures(load(path)).items():
         save_figure(fig, out, f"{module.NAME}_{name}")
     print(f"wrote {path if not args.replot else 'the plots'} in {out} in {time.perf_counter() - started:.0f} s")
@@ -78,11 +97,15 @@ def machine() -> dict:
             "python": platform.python_version(), "numpy": numpy.__version__, "platform": platform.platform()}
 
 
-def save(out: Path, name: str, settings: dict, results: dict, started: float, quick: bool) -> Path:
-    """Write results.json: the settings, the machine, the wall time and the figures."""
+def save(out: Path, name: str, settings: dict, results: dict, started: float, quick: bool,
+         protocol_: dict | None = None) -> Path:
+    """Write results.json: the settings, the protocol's file and sha256, the machine, the wall time and the
+    figures."""
     payload = {"experiment": name, "quick": quick, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.perf_counter() - started, 1),
                "machine": machine(), "settings": settings, "results": results}
+    if protocol_ is not None:
+        payload["protocol"] = {"file": f"protocols/{name}.json", "sha256": protocol_["sha256"]}
     path = out / "results.json"
     path.write_text(json.dumps(payload, indent=1, default=_plain) + "\n", encoding="utf-8")
     return path
@@ -156,8 +179,9 @@ def summary(values) -> dict:
 
 def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
     """Every comparison of a study, a line each: what it compares, the claim, for each metric its mean paired
-    difference with the 95% interval (Student's t), the sample SD and the per-seed differences, and the verdict
-    (experiments/stats.py). A comparison still missing seeds shows its status instead of a verdict."""
+    difference with the 95% interval (Student's t), the sample SD and the per-seed differences, the verdict
+    (experiments/stats.py), the Holm-adjusted p over the study's comparisons and the verdict it leaves. A
+    comparison still missing seeds shows its status instead of a verdict."""
     import stats
 
     metrics = list(dict.fromkeys(m for c in comparisons.values() for m in c["metrics"]))
@@ -177,6 +201,11 @@ def comparison_table(comparisons: dict, fmt: str = "+.2f") -> str:
             row += [f"{stats.fmt_diff(p, f)} (claim: {expected})",
                     "-" if p["sd"] is None else f"{p['sd']:{f.lstrip('+')}}",
                     ", ".join(f"{d:{f}}" for d in p["diffs"])]
-        row.append(c["verdict"] if c.get("status", "complete") == "complete" else c["status"])
+        if c.get("status", "complete") != "complete":
+            row += [c["status"], "", ""]
+        else:
+            tested = "p_holm" in c and c["verdict"] in ("reproduced", "opposite", "inconclusive")
+            row += [stats.shown(c["verdict"], c), f"{c['p_holm']:.2g}" if tested else "-",
+                    stats.shown(c["verdict_holm"], c) if "verdict_holm" in c else "-"]
         rows.append(row)
-    return markdown_table("", header + ["verdict"], rows).lstrip("\n")
+    return markdown_table("", header + ["verdict", "p, Holm", "verdict, Holm-corrected"], rows).lstrip("\n")

@@ -42,8 +42,8 @@ from minitransformer.kit.running.trainer import unpack_batch
 NAME = "extrapolation"
 KINDS = ("sinusoidal", "learned")
 TEST_SEED = 2_000_003          # the test strings: the same for every run, drawn apart from training's
-SETTINGS = {"tasks": ["copy", "reverse"], "L": 10, "kinds": list(KINDS), "seeds": [0, 1, 2, 3, 4],
-            "steps": {"copy": 2000, "reverse": 6000}, "per_length": 200}
+PROTOCOL = common.protocol(NAME)
+SETTINGS = PROTOCOL["settings"]
 QUICK = {"tasks": ["copy"], "L": 4, "kinds": list(KINDS), "seeds": [0], "steps": {"copy": 150}, "per_length": 40}
 
 
@@ -170,8 +170,9 @@ def comparisons(runs: list, s: dict) -> dict:
                     for kind in ("learned", "sinusoidal"))
             out[f"{task}: sinusoidal - learned, {part}"] = {
                 "claim": claim, "formats": {"exact_match": "+.3f"},
-                **stats.compare(a, b, {"exact_match": (expected, 0.02)})}
-    return out
+                **stats.compare(a, b, {"exact_match": (expected, PROTOCOL["margins"]["exact_match"])},
+                                PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def figures(payload) -> dict:

@@ -33,7 +33,8 @@ import training
 
 NAME = "label_smoothing"
 
-SETTINGS = {"task": "toy", "epsilons": [0.0, 0.1, 0.2], "seeds": [0, 1, 2, 3, 4], "budgets": [300, 600, 1000], "bins": 10}
+PROTOCOL = common.protocol(NAME)
+SETTINGS = PROTOCOL["settings"]
 QUICK = {"task": "toy", "epsilons": [0.0, 0.1], "seeds": [0], "budgets": [3, 6], "bins": 10}
 
 METRICS = {"ppl": "perplexity (valid)", "bleu": "BLEU (test)", "token_accuracy": "token accuracy (valid)",
@@ -112,8 +113,9 @@ def comparisons(runs: list, s: dict) -> dict:
                     for e in (base, eps)}
             for key, (claim, fmt) in claims.items():
                 out[f"eps {eps:g} - eps {base:g}, {steps} steps: {claim}"] = {
-                    "claim": claim, "formats": {key: fmt}, **stats.compare(arms[base], arms[eps], {key: (1, 0.0)})}
-    return out
+                    "claim": claim, "formats": {key: fmt},
+                    **stats.compare(arms[base], arms[eps], {key: (1, 0.0)}, PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def summarize(runs: list, s: dict) -> dict:

@@ -42,9 +42,8 @@ import training
 
 NAME = "multi30k_table3"
 
-SETTINGS = {"task": "multi30k", "steps": 800, "warmup": 400, "lr_factor": 0.8, "save_every": 100, "average": 4,
-            "seeds": [0, 1, 2], "rows": ["base", "d_model/2", "h=1", "ls=0", "learned"],
-            "margins": {"test_bleu": 0.5, "test_ppl": 0.2}}
+PROTOCOL = common.protocol(NAME)
+SETTINGS = PROTOCOL["settings"]
 QUICK = {"task": "toy", "steps": 6, "warmup": 4, "lr_factor": 1.0, "save_every": 2, "average": 2,
          "seeds": [0, 1], "rows": ["base", "d_model/2", "h=1", "ls=0", "learned"],
          "margins": {"test_bleu": 0.5, "test_ppl": 0.2}}
@@ -173,7 +172,8 @@ def aggregate(s: dict, finished: dict) -> dict:
         c = stats.compare(base, arm, metrics)
         n = len(c["metrics"]["test_bleu"]["seeds"])
         c["status"] = "complete" if n == len(s["seeds"]) else f"running / pending ({n} of {len(s['seeds'])} seeds)"
-        comparisons[row] = {"against": "base", "claim": f"the paper's row {PAPER_ROW[row]}", **c}
+        comparisons[row] = {"against": "base", "claim": f"the paper's row {PAPER_ROW[row]}", "untuned": True, **c}
+    stats.correct(comparisons)
     pending = [run_key(row, seed) for row in s["rows"] for seed in s["seeds"] if seed not in by_row[row]]
     return {"runs": [finished[k] for k in sorted(finished)], "table": table, "comparisons": comparisons,
             "pending": pending}

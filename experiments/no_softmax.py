@@ -11,7 +11,11 @@ scores, the time per step. Without the exponential, the right key can only win i
 31 others' by the geometry of q and k alone, which needs room: d_k at least about the number of keys that
 must be told apart. The measurement says from which d_k that holds.
 
-    python experiments/no_softmax.py            # about 3 minutes on one CPU core
+Every arm gets its own Adam learning rate, tuned on seeds apart from the compared ones by the rule of
+experiments/protocols/no_softmax.json (read here; its sha256 is stored with the results): one rate for every arm
+would favour the arm it happens to suit. Each run is stored as it finishes (resumable.py), under the protocol's hash.
+
+    python experiments/no_softmax.py            # about 10 minutes on one CPU core
     python experiments/no_softmax.py --quick    # seconds
 """
 
@@ -21,17 +25,25 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
-from retrieval import QUICK_RETRIEVAL, RETRIEVAL, run_grid, steps_or_censored
+from retrieval import QUICK_RETRIEVAL, aggregate, run_tuned, steps_or_censored
 
 NAME = "no_softmax"
+PROTOCOL = common.protocol(NAME)
+RESUMABLE = True
+SOURCE = "this project's question"
 LABELS = {"scaled": "softmax(S)", "raw": "S (no softmax)", "normalised": "S / (sum|S| + 1)"}
-SETTINGS = dict(RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16, 64, 128], seeds=[0, 1, 2, 3, 4])
-QUICK = dict(QUICK_RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16], seeds=[0])
+SETTINGS = PROTOCOL["settings"]
+QUICK = dict(QUICK_RETRIEVAL, kinds=["scaled", "raw", "normalised"], d_ks=[4, 16], seeds=[0, 1], lrs=[1e-3, 3e-3],
+             tune_seeds=[100], tie=0.02)
 
 
-def run(s, progress=True) -> dict:
-    res = run_grid(s, "no softmax", LABELS, progress)
-    return {**res, "comparisons": comparisons(res["runs"], s)}
+def run(s, progress=True, folder=None) -> dict:
+    """Tune and train every arm (retrieval.run_tuned, stored in ``folder`` as each run finishes), then summarise."""
+    arms = [(kind, d_k) for d_k in s["d_ks"] for kind in s["kinds"]]
+    res = run_tuned(s, arms, folder, log=print if progress else (lambda line: None))
+    return {"runs": res["runs"], "tuning": res["tuning"], "lrs": res["lrs"], "scores": res["scores"],
+            "ties": res["ties"], "summary": aggregate(res["runs"], s["kinds"], s["d_ks"]), "labels": LABELS,
+            "comparisons": comparisons(res["runs"], s)}
 
 
 def comparisons(runs: list, s: dict) -> dict:
@@ -51,8 +63,9 @@ def comparisons(runs: list, s: dict) -> dict:
         for d_k in s["d_ks"]:
             out[f"{LABELS[kind]} - softmax(S), d_k = {d_k}"] = {
                 "claim": "worse without the softmax", "formats": {"accuracy": "+.3f", "steps": "+.0f"},
-                **stats.compare(arm(s["kinds"][0], d_k), arm(kind, d_k), {"accuracy": (-1, 0.0), "steps": (1, 0.0)})}
-    return out
+                "source": SOURCE, **stats.compare(arm(s["kinds"][0], d_k), arm(kind, d_k),
+                                                  {"accuracy": (-1, 0.0), "steps": (1, 0.0)}, PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def figures(payload) -> dict:

@@ -42,10 +42,25 @@ def pending(name: str, command: str) -> str:
     return f"*Running / pending: no stored results for this part yet; `{command}` produces them.*"
 
 
+def protocol_line(p: dict, name: str) -> str:
+    """Which protocol a stored run followed: the file and its sha256, and whether the file still has that hash."""
+    path = common.PROTOCOLS / f"{name}.json"
+    if "protocol" not in p:
+        if path.exists() and common.protocol(name)["settings"] == p["settings"]:
+            return (f"Protocol: run before its protocol was written down; `protocols/{name}.json` records its "
+                    "settings and rules.")
+        return (f"Protocol: an earlier one (its settings are stored with the run); `protocols/{name}.json` is the "
+                "protocol now.")
+    sha = p["protocol"]["sha256"]
+    now = common.protocol(name)["sha256"] if path.exists() else None
+    return (f"Protocol: `protocols/{name}.json`, sha256 {sha[:12]}, fixed before the run"
+            + ("." if now == sha else f"; the file has changed since (now {str(now)[:12]}): a rerun is due."))
+
+
 def _run_line(p: dict) -> str:
     m = p["machine"]
     return (f"Stored run: `{p['command']}`, finished {p['date']}, {p['seconds']:.0f} s wall, {m['cpu']} "
-            f"({m['cores']} cores), one BLAS thread.")
+            f"({m['cores']} cores), one BLAS thread. " + protocol_line(p, p["experiment"]))
 
 
 def _hours(res: dict) -> str:
@@ -57,21 +72,23 @@ def _hours(res: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- the sections
 
-def tuning_note(choices: dict, grid: list, what: str, tie_rule: str) -> str:
+def tuning_note(choices: dict, grid: list, what: str, tie_rule: str, ties: list | None = None) -> str:
     """A line on how each arm's setting was chosen. choices: {arm: (chosen, {value tried: score, lower better})}.
     Names the arms whose choice sits at an end of the grid (a value beyond it was not tried, so the arm may do
-    better than measured) and those whose best score was a tie, settled by ``tie_rule``."""
+    better than measured) and those whose best score was a tie (``ties``, or where not given: an equal lowest
+    score), settled by ``tie_rule``."""
     ends = [(f"the smallest {what} tried, {min(grid):g}", [a for a, (c, _) in choices.items() if c == min(grid)]),
             (f"the largest {what} tried, {max(grid):g}", [a for a, (c, _) in choices.items() if c == max(grid)])]
     if len(set(grid)) == 1:                             # one value: no choice was made, so no end to name
         ends = []
-    ties = [a for a, (_, scores) in choices.items() if list(scores.values()).count(min(scores.values())) > 1]
+    if ties is None:
+        ties = [a for a, (_, scores) in choices.items() if list(scores.values()).count(min(scores.values())) > 1]
     parts = [f"{len(arms)} of {len(choices)} chose {end} ({'; '.join(arms)})" for end, arms in ends if arms]
     line = ", ".join(parts)
     if parts:
         line += ": a value beyond the grid was not tried, so these may do better than measured"
     if ties:
-        line += f"{'. ' if line else ''}Tied on the tuning seed, settled by {tie_rule}: {'; '.join(ties)}"
+        line += f"{'. ' if line else ''}Tied in the tuning, settled by {tie_rule}: {'; '.join(ties)}"
     return f"Tuning: {line}." if line else f"Tuning: every {what} chosen inside the grid, without a tie."
 
 
@@ -150,18 +167,36 @@ def attention_variants() -> str:
                      f"{sum(r['score_grad'][0] for r in runs) / len(runs):.2e}",
                      f"{sum(r['ms_per_step'] for r in runs) / len(runs):.1f}",
                      f"{sum(r['peak_bytes_per_step'] for r in runs) / len(runs) / 2 ** 20:.2f}"])
-    title = (f"Key-value retrieval, {s['steps']} steps; the rate chosen per arm from {s['lrs']} on seed "
-             f"{s['tune_seed']} by its mean held-out loss over the run; steps to {s['target_accuracy']:.0%} accuracy "
-             f"(never reached: {s['steps']} + "
-             f"{s['eval_every']}); mean +- sample SD over seeds {s['seeds']}")
-    tuned = {f"{av.label(kind)}, d_k = {d_k}": (res["lrs"][f"{kind}/{d_k}"], {
-        r["lr"]: r["mean_loss"] for r in res["tuning"] if (r["kind"], r["d_k"]) == (kind, d_k)})
-        for kind, d_k in av.arms(s)}
-    edge = "\n\n" + tuning_note(tuned, s["lrs"], "rate", "the fewer steps to the target")
+    title = (f"Key-value retrieval, {s['steps']} steps; the rate chosen per arm from {s['lrs']} on "
+             f"{_tuning_seeds(s)} by its mean held-out loss over the run; steps to {s['target_accuracy']:.0%} "
+             f"accuracy (never reached: {s['steps']} + {s['eval_every']}); mean +- sample SD over seeds {s['seeds']}")
+    tuned = {f"{av.label(kind)}, d_k = {d_k}": _lr_choice(res, f"{kind}/{d_k}") for kind, d_k in av.arms(s)}
+    edge = "\n\n" + _lr_note(res, s, tuned, lambda arm: f"{av.label(arm.split('/')[0])}, d_k = {arm.split('/')[1]}")
     return "\n\n".join([_run_line(p) + edge, common.markdown_table(title, [
         "scoring", "d_k", "lr", "seeds", f"steps to {s['target_accuracy']:.0%}", "per seed", "final accuracy",
         "final loss", "largest weight at init", "mean abs dL/dscore at init", "ms/step", "peak MiB/step"], rows),
         common.comparison_table(res["comparisons"])])
+
+
+def _tuning_seeds(s: dict) -> str:
+    seeds = s.get("tune_seeds", [s.get("tune_seed")])
+    return f"tuning seed{'s' if len(seeds) > 1 else ''} {', '.join(str(x) for x in seeds)}"
+
+
+def _lr_choice(res: dict, arm: str) -> tuple:
+    """(the chosen rate, {rate tried: its tuning score}) of one arm of a tuned retrieval study."""
+    if "scores" in res:
+        return res["lrs"][arm], {float(lr): v for lr, v in res["scores"][arm].items()}
+    kind, d_k = arm.split("/")
+    return res["lrs"][arm], {r["lr"]: r["mean_loss"] for r in res["tuning"]
+                             if (r["kind"], str(r["d_k"])) == (kind, d_k)}
+
+
+def _lr_note(res: dict, s: dict, tuned: dict, name) -> str:
+    if "ties" in res:
+        return tuning_note(tuned, s["lrs"], "rate", f"the smallest rate within {s['tie']:.0%} of the lowest score",
+                           [name(arm) for arm in res["ties"]])
+    return tuning_note(tuned, s["lrs"], "rate", "the fewer steps to the target")
 
 
 def table3() -> str:
@@ -176,10 +211,12 @@ def table3() -> str:
         c.setdefault("formats", {"steps": "+.0f", "ppl": "+.3f"})
     tuned = {row: (t["factor"], {float(f): x for f, x in t["tuning"].items()}) for row, t in res["table"].items()
              if t["factor"] is not None}
+    s = p["settings"]
+    rule = (f"the default factor 1 unless another is faster by more than {s['resolution']} steps"
+            if "resolution" in s else "the higher smoothed BLEU at the end of the tuning run")
     parts = [(f"Stored: {len(res['runs'])} finished seed runs (tuning runs besides), last written {p['date']}; "
-              f"{_hours(res)}."),
-             t3.markdown(p), tuning_note(tuned, p["settings"]["factors"], "rate factor",
-                                         "the higher smoothed BLEU at the end of the tuning run"),
+              f"{_hours(res)}. {protocol_line(p, 'table3')} Rates tuned on {_tuning_seeds(s)}."),
+             t3.markdown(p), tuning_note(tuned, s["factors"], "rate factor", rule),
              common.comparison_table(res["comparisons"])]
     if res["pending_rows"]:
         parts.append("Running / pending (resumed by `python experiments/table3.py`): "
@@ -250,15 +287,23 @@ def warmup_and_norm() -> str:
                            + (f" ({stuck} of {len(cell['outcomes'])} {'/'.join(sorted(set(cell['outcomes']) - {'trained'}))})"
                               if stuck else ""))
         rows.append(row)
-    header = ["peak lr"] + [f"{norm}, warmup {w}" for w in s["warmups"] for norm in ("post-LN", "pre-LN")]
+    total = s.get("match") == "total"
+    header = ["rate level (warmup 1's peak)" if total else "peak lr"] + [
+        f"{norm}, warmup {w}" for w in s["warmups"] for norm in ("post-LN", "pre-LN")]
     title = (f"Final training loss / exact match after {s['steps']} steps, mean +- sample SD over seeds {s['seeds']} "
-             "(runs that did not train: counted and named)")
+             "(runs that did not train: counted and named)"
+             + ("; a longer warmup at the same total rate as warmup 1 over the run (a lower peak)" if total else
+                "; every warmup at the same peak (a longer warmup: 4-5x the total rate)"))
     verdicts = {}
     for c in res["comparisons"].values():
-        key = c["claim"]
-        verdicts.setdefault(key, {v: 0 for v in stats.VERDICTS})[c["verdict"]] += 1
-    summary = common.markdown_table("How often each claim holds over the grid's comparisons:",
-                                    ["claim", *stats.VERDICTS], [[k, *v.values()] for k, v in verdicts.items()])
+        for which in ("verdict", "verdict_holm"):
+            row = verdicts.setdefault((c["claim"], which), {k: 0 for k in KINDS})
+            row[kind(c[which], c)] += 1
+    used = [k for k in KINDS if any(v[k] for v in verdicts.values())]
+    summary = common.markdown_table("How often each claim holds over the grid's comparisons, before and after Holm:",
+                                    ["claim", "", *used],
+                                    [[k, "Holm" if w == "verdict_holm" else "uncorrected", *(v[x] for x in used)]
+                                     for (k, w), v in verdicts.items()])
     return "\n\n".join([_run_line(p), grad_table, common.markdown_table(title, header, rows), summary,
                         common.comparison_table(res["comparisons"], "+.3f")])
 
@@ -281,14 +326,21 @@ def no_softmax() -> str:
     rows = []
     for g in res["summary"].values():
         steps = ", ".join("never" if x is None else str(x) for x in g["steps_to_target"])
-        rows.append([ns.LABELS[g["kind"]], g["d_k"], common.mean_std(g["final_accuracy"], ".3f"),
+        lr = res["lrs"][f"{g['kind']}/{g['d_k']}"] if "lrs" in res else s["lr"]
+        rows.append([ns.LABELS[g["kind"]], g["d_k"], f"{lr:g}", common.mean_std(g["final_accuracy"], ".3f"),
                      f"{g['final_accuracy']['min']:.3f}", steps, f"{g['max_weight_at_init']:.3f}",
                      f"{g['ms_per_step']['mean']:.1f}"])
-    title = (f"Key-value retrieval, {s['steps']} steps, Adam lr {s['lr']:g}, seeds {s['seeds']}: final held-out "
+    rates = (f"the Adam rate chosen per arm from {s['lrs']} on {_tuning_seeds(s)} by its mean held-out loss over "
+             "the run" if "lrs" in s else f"Adam lr {s['lr']:g} for every arm (not tuned)")
+    title = (f"Key-value retrieval, {s['steps']} steps, {rates}, seeds {s['seeds']}: final held-out "
              f"accuracy (mean +- sample SD, min), steps to {s['target_accuracy']:.0%} per seed (never: not within "
              f"{s['steps']}; counted as {s['steps'] + s['eval_every']} in the comparisons)")
-    return "\n\n".join([_run_line(p), common.markdown_table(title, [
-        "weights", "d_k", "final accuracy", "min", f"steps to {s['target_accuracy']:.0%} (per seed)",
+    parts = [_run_line(p)]
+    if "lrs" in s:
+        name = (lambda arm: f"{ns.LABELS[arm.split('/')[0]]}, d_k = {arm.split('/')[1]}")
+        parts[0] += "\n\n" + _lr_note(res, s, {name(arm): _lr_choice(res, arm) for arm in res["lrs"]}, name)
+    return "\n\n".join(parts + [common.markdown_table(title, [
+        "weights", "d_k", "lr", "final accuracy", "min", f"steps to {s['target_accuracy']:.0%} (per seed)",
         "largest weight at init", "ms/step"], rows), common.comparison_table(res["comparisons"])])
 
 
@@ -355,7 +407,63 @@ def extrapolation() -> str:
     return "\n\n".join(parts)
 
 
-SECTIONS = {"table1": table1, "table1-by-d": table1_by_d, "attention-variants": attention_variants, "table3": table3,
+STUDIES = ("attention_variants", "no_softmax", "table3", "table3_300_steps", "multi30k_table3", "extrapolation",
+           "label_smoothing", "warmup_and_norm", "averaging")
+KINDS = ("reproduced", "same direction", "confounded", "opposite", "opposite direction", "inconclusive",
+         "at ceiling", "at floor")
+
+
+def kind(verdict: str, c: dict) -> str:
+    """A verdict's kind as the summary counts it: shown as the tables show it, without its source and qualifiers."""
+    return stats.shown(verdict, {k: c[k] for k in ("quantity", "confound") if k in c}).split(" (")[0]
+
+
+def summary() -> str:
+    """Every study's comparisons counted by the kind of their verdict, before and after Holm, by the claim's source;
+    how many 'reproduced' chance alone would give; the claims read from rules (Table 1, restricted attention)."""
+    rows, total, signed, found = [], {}, 0, {"verdict": 0, "verdict_holm": 0}
+    for name in STUDIES:
+        p = load(name)
+        if p is None:
+            continue
+        done = [c for c in p["results"]["comparisons"].values() if c.get("status", "complete") == "complete"]
+        for source in dict.fromkeys(c.get("source", "the paper") for c in done):
+            mine = [c for c in done if c.get("source", "the paper") == source]
+            counts = {k: [sum(kind(c[w], c) == k for c in mine) for w in ("verdict", "verdict_holm")] for k in KINDS}
+            rows.append([name, source, len(mine), *(f"{a} / {b}" if a or b else "" for a, b in counts.values())])
+            for k, (a, b) in counts.items():
+                total[k] = [x + y for x, y in zip(total.get(k, [0, 0]), (a, b))]
+            for c in mine:
+                if all(m["expected"] != 0 for m in c["metrics"].values()):
+                    signed += 1
+                    for w in found:
+                        found[w] += c[w] == "reproduced"
+    n = sum(r[2] for r in rows)
+    rows.append(["all", "", n, *(f"{a} / {b}" for a, b in total.values())])
+    claims = [c["verdict"] for name, key in (("table1", "claims"), ("table1_by_d", "claims_by_d"),
+                                             ("restricted_attention", "claims"))
+              for c in (load(name) or {"results": {}})["results"].get(key, [])]
+    by = {w: sum(v.startswith(w) for v in claims) for w in ("yes", "by construction", "the count by construction", "no",
+                                                             "only")}
+    return "\n\n".join([
+        common.markdown_table("Every comparison's verdict, uncorrected / Holm-corrected (within each study, at 0.05), "
+                              "by the claim's source", ["study", "source", "comparisons", *KINDS], rows),
+        (f"Chance alone: were no compared choice to change anything, a comparison with a signed claim would read "
+         f"\"reproduced\" with a probability of at most 2.5% (its first metric's 95% interval clearing zero on the "
+         f"claimed side; every further metric must agree too). Of the {signed} comparisons with signed claims on "
+         f"every metric, at most about {0.025 * signed:.1f} would come by chance; {found['verdict']} have every "
+         f"interval on the claimed side (\"reproduced\", \"same direction\" or \"confounded\" above), "
+         f"{found['verdict_holm']} after Holm, which keeps the chance of "
+         f"even one false \"reproduced\" or \"opposite\" at 5% per study. A claim of no difference (sign 0) is "
+         f"what nothing changing would give, so its \"reproduced\" is not counted here."),
+        (f"Claims read from a stated rule rather than a paired interval (Table 1, restricted attention): "
+         f"{len(claims)}: {by['yes']} yes, {by['by construction'] + by['the count by construction']} by construction "
+         f"(a multiply-add count written into the script; {by['the count by construction']} of them with a timing "
+         f"that says no), {by['no'] + by['only']} no or only in part.")])
+
+
+SECTIONS = {"summary": summary, "table1": table1, "table1-by-d": table1_by_d, "attention-variants": attention_variants,
+            "table3": table3,
             "table3-300-steps": table3_300_steps, "multi30k-table3": multi30k_table3,
             "label-smoothing": label_smoothing, "warmup-and-norm": warmup_and_norm, "averaging": averaging,
             "extrapolation": extrapolation, "no-softmax": no_softmax, "restricted-attention": restricted_attention}
@@ -381,8 +489,38 @@ def recompute_table3_300_steps(p: dict) -> dict:
         if row != "base":
             arms = [{m: {k: r[m] for k, r in per[x].items()} for m in ("bleu", "ppl")} for x in ("base", row)]
             comparisons[row] = {"claim": f"the paper's row {paper_row}", "formats": {"ppl": "+.3f", "bleu": "+.1f"},
+                                "quantity": "BLEU and perplexity at step 300, not the paper's final dev BLEU and PPL",
                                 **stats.compare(*arms, {"bleu": (-expected[0], 1.0), "ppl": (expected[1], 0.05)})}
-    return {**p["results"], "table": table, "comparisons": comparisons}
+    return {**p["results"], "table": table, "comparisons": stats.correct(comparisons)}
+
+
+def recompute_table3(p: dict) -> dict:
+    """The stored Table 3 run: its comparisons named as learning speed, Holm over them, and where a row's rate factor
+    was picked on one tuning seed by no more than one evaluation interval (25 steps) over the base's factor 1, the
+    rate named as a confound."""
+    import table3 as t3
+
+    res, s = p["results"], p["settings"]
+    for row, c in res["comparisons"].items():
+        t = res["table"][row]
+        c["quantity"] = t3.QUANTITY
+        c.pop("confound", None)
+        gain = t["tuning"].get("1") - t["tuning"].get(f"{t['factor']:g}") if t["factor"] != 1 else None
+        if gain is not None and gain <= s["eval_every"] and "tune_seeds" not in s:
+            c["confound"] = (f"rate factor {t['factor']:g} against the base's 1, picked on one tuning seed by "
+                             f"{gain:.0f} steps, within one evaluation")
+    stats.correct(res["comparisons"])
+    return res
+
+
+def recompute_multi30k(p: dict) -> dict:
+    """The stored Multi30k study, from its finished run files."""
+    import multi30k_table3 as m30
+    import resumable
+
+    s, folder = p["settings"], RESULTS / "multi30k_table3"
+    finished = resumable.collect(folder, [m30.run_key(row, seed) for row in s["rows"] for seed in s["seeds"]])
+    return {**m30.aggregate(s, finished), "wall_seconds_of_runs": resumable.wall_seconds(folder)}
 
 
 def recompute() -> list:
@@ -410,7 +548,8 @@ def recompute() -> list:
                                                                                        p["settings"])),
                      ("table1", lambda p: table1.derived(p["results"], p["settings"])),
                      ("table1_by_d", lambda p: table1.derived(p["results"], p["settings"])),
-                     ("table3_300_steps", recompute_table3_300_steps)):
+                     ("table3_300_steps", recompute_table3_300_steps),
+                     ("table3", recompute_table3), ("multi30k_table3", recompute_multi30k)):
         path = RESULTS / name / "results.json"
         if not path.exists():
             continue

@@ -33,11 +33,8 @@ from models import Tagger
 import minitransformer as mt
 
 NAME = "restricted_attention"
-SETTINGS = {"n": 16, "symbols": 10, "d_model": 32, "num_heads": 2, "d_ff": 64, "batch": 32, "lr": 3e-3,
-            "steps": 1500, "eval_every": 100, "eval_examples": 500, "tasks": ["reverse", "copy"],
-            "seeds": [0, 1, 2, 3, 4],
-            "configs": [[1, 1], [2, 1], [4, 1], [8, 1], [15, 1], [1, 2], [2, 2], [4, 2], [8, 2],
-                        [2, 3], [3, 3], [5, 3]]}   # [r, L]
+PROTOCOL = common.protocol(NAME)
+SETTINGS = PROTOCOL["settings"]                 # configs: [r, L]
 QUICK = dict(SETTINGS, n=8, steps=30, eval_every=10, eval_examples=64, seeds=[0, 1], configs=[[1, 1], [2, 2], [7, 1]])
 
 

@@ -7,10 +7,13 @@ how fast it learns is a measurement of the scoring function. Chance is 1 / num_v
 
 from __future__ import annotations
 
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy
+import resumable
 from common import progress, summary
 from models import Retrieval, retrieval_batch
 
@@ -115,14 +118,53 @@ def aggregate(runs: list, kinds, d_ks) -> dict:
     return out
 
 
-def run_grid(s: dict, title: str, labels: dict, show_progress: bool = True) -> dict:
-    """Train every (kind, d_k, seed) of the settings ``s``, one progress bar over all their steps; the runs, their
-    summary per kind and d_k, and the labels of the kinds."""
-    jobs = [(kind, d_k, seed) for d_k in s["d_ks"] for kind in s["kinds"] for seed in s["seeds"]]
-    bar = progress(len(jobs) * s["steps"], title, disable=not show_progress)
-    runs = []
-    for kind, d_k, seed in jobs:
-        bar.set_postfix_str(f"{kind} d_k={d_k} seed={seed}")
-        runs.append(train(kind, d_k, seed, s, bar))
-    bar.close()
-    return {"runs": runs, "summary": aggregate(runs, s["kinds"], s["d_ks"]), "labels": labels}
+def mean_loss(run: dict) -> float:
+    """The held-out loss averaged over every evaluation of a run, step 0 included: what the tuning minimises (the
+    area under the loss curve: how soon a rate learns and whether it stays learned both count)."""
+    return float(numpy.mean(run["loss"]))
+
+
+def choose_lr(tuning: list, s: dict) -> tuple:
+    """The rate of one arm from its tuning runs: the lowest mean_loss averaged over the tuning seeds; rates within
+    s["tie"] (relative) of the lowest are tied and the smallest of them is taken. -> (rate, {rate: score}, tied)."""
+    scores = {lr: float(numpy.mean([mean_loss(r) for r in tuning if r["lr"] == lr])) for lr in s["lrs"]}
+    best = min(scores.values())
+    tied = [lr for lr, v in scores.items() if v <= best * (1 + s["tie"])]
+    return min(tied), scores, len(tied) > 1
+
+
+def _key(kind: str, d_k: int, lr: float, seed: int, tuning: bool) -> str:
+    return f"{kind.replace(':', '_')}-dk{d_k}-lr{lr:g}-{'t' if tuning else 's'}{seed}"
+
+
+def _train_job(job: dict) -> dict:
+    run = train(job["kind"], job["d_k"], job["seed"], dict(job["s"], lr=job["lr"]))
+    return {**run, "lr": job["lr"], "mean_loss": mean_loss(run)}
+
+
+def run_tuned(s: dict, arms: list, folder=None, log=print) -> dict:
+    """Every arm (kind, d_k): its tuning runs (each rate of s["lrs"] on each of s["tune_seeds"]), its rate
+    (choose_lr), then its compared seeds at that rate. Each run is stored in folder/finished/ and skipped when run
+    again (resumable.py), so the study resumes where it stopped; no folder: a temporary one.
+    -> {"runs", "tuning" (the tuning runs without their curves), "lrs" {kind/d_k: rate}, "scores", "ties"}"""
+    if folder is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return run_tuned(s, arms, Path(tmp), log)
+    out = {"runs": [], "tuning": [], "lrs": {}, "scores": {}, "ties": []}
+    for kind, d_k in arms:
+        jobs = [(_key(kind, d_k, lr, seed, True), {"s": s, "kind": kind, "d_k": d_k, "lr": lr, "seed": seed})
+                for lr in s["lrs"] for seed in s["tune_seeds"]]
+        resumable.run_pending(jobs, _train_job, folder, log=log)
+        tuned = list(resumable.collect(folder, [k for k, _ in jobs]).values())
+        lr, scores, tied = choose_lr(tuned, s)
+        arm = f"{kind}/{d_k}"
+        out["lrs"][arm], out["scores"][arm] = lr, {f"{k:g}": v for k, v in scores.items()}
+        out["ties"] += [arm] if tied else []
+        out["tuning"] += [{k: r[k] for k in ("kind", "d_k", "lr", "seed", "steps_to_target", "final_loss",
+                                              "final_accuracy", "mean_loss")} for r in tuned]
+        jobs = [(_key(kind, d_k, lr, seed, False), {"s": s, "kind": kind, "d_k": d_k, "lr": lr, "seed": seed})
+                for seed in s["seeds"]]
+        resumable.run_pending(jobs, _train_job, folder, log=log)
+        out["runs"] += [{k: v for k, v in r.items() if k not in ("key", "finished")}
+                        for r in resumable.collect(folder, [k for k, _ in jobs]).values()]
+    return out

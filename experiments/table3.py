@@ -19,8 +19,8 @@ learning. Each run is evaluated every EVAL_EVERY steps on the first VALID_SENTEN
 Confounds handled the same way for every row:
 
 - the learning rate: the Noam schedule scales it by d_model^-0.5 and each row may prefer another, so every row
-  gets its rate factor chosen from FACTORS on a tuning seed of its own (not one of the compared seeds), by its
-  steps to 90 (then by its BLEU at the end);
+  gets its rate factor chosen from the protocol's factors on tuning seeds (none a compared seed) by the mean steps
+  to 90, a factor other than 1 only when it is faster by more than one evaluation interval (choose_factor);
 - row (E): a learned table starts at std d_model^-0.5 (0.125 at d_model 64), against about 0.71 per entry for
   the sinusoids, so it is run twice: as initialised, and rescaled to std 0.71 (learned, scaled);
 - row (D): P_drop 0.2 (the paper's row) and 0.3 beside each other.
@@ -30,8 +30,11 @@ Row (B) is run two ways. The paper's row shrinks the keys alone (d_k 32 and 16, 
 with the keys (d_v = d_k), which also narrows each head's output and W_o; the parameter counts say by how much.
 
 Every row runs its seeds paired with the base's; each comparison has the per-seed differences (row - base), a
-95% Student's t interval and a verdict (experiments/stats.py). Each finished run is stored in DIR/finished/ and
-skipped when the script runs again: the study can be finished across sittings.
+95% Student's t interval and a verdict (experiments/stats.py). The protocol, experiments/protocols/table3.json,
+is read here; each finished run is stored in DIR/runs-HASH/finished/ (HASH: the protocol's sha256) and skipped
+when the script runs again: the study can be finished across sittings, and a changed protocol starts a new
+store. DIR/results.json is written once every run of the protocol has finished (until then
+DIR/runs-HASH/results.json holds what has).
 
     python experiments/table3.py            # many CPU-hours; resumable, the cheapest comparisons first
     python experiments/table3.py --collect  # only rebuild results.json from the finished runs
@@ -54,6 +57,7 @@ import stats
 import training
 
 NAME = "table3"
+PROTOCOL = common.protocol(NAME)
 
 # The base model of this table: the command line's toy-corpus model.
 BASE = {"num_encoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 4, "d_k": 16, "dropout": 0.1,
@@ -95,14 +99,13 @@ ORDER = ["base", "h=1", "learned", "learned, scaled", "ls=0", "d_model=32", "d_m
          "P_drop=0.2", "P_drop=0.3", "h=16", "d_k=4", "d_k=4, d_v=16", "N=3", "h=2", "h=8", "d_k=8", "d_k=8, d_v=16",
          "d_ff=64", "d_ff=256", "ls=0.2"]
 
-SETTINGS = {"task": "toy", "max_steps": 1500, "eval_every": 25, "smooth": 3, "target": 90.0, "at_step": 300,
-            "valid_sentences": 200, "factors": [0.5, 1.0, 2.0], "tune_seed": 100, "seeds": [0, 1, 2, 3, 4],
-            "rows": ORDER, "margins": {"steps": 50.0, "ppl": 0.05}}
+SETTINGS = PROTOCOL["settings"]
 QUICK = {"task": "toy", "max_steps": 8, "eval_every": 2, "smooth": 2, "target": 1.0, "at_step": 4,
-         "valid_sentences": 10, "factors": [0.5, 2.0], "tune_seed": 100, "seeds": [0, 1],
+         "valid_sentences": 10, "factors": [0.5, 1.0], "tune_seeds": [100], "resolution": 2, "seeds": [0, 1],
          "rows": ["base", "h=1", "learned, scaled", "d_k=4, d_v=16"], "margins": {"steps": 50.0, "ppl": 0.05}}
 
 METRICS = ("steps", "ppl")     # the two measures every comparison reads
+QUANTITY = "learning speed: steps to BLEU 90 and perplexity at step 300, not the paper's final dev PPL and BLEU"
 
 
 def row_settings(task: str, name: str, seed: int, factor: float, steps: int) -> dict:
@@ -171,9 +174,21 @@ def steps_or_censored(result: dict, s: dict) -> float:
     return result["steps"] if result["steps"] is not None else s["max_steps"] + s["eval_every"]
 
 
+def tuning_means(tuning: list, s: dict) -> dict:
+    """{factor: its steps to the target averaged over the tuning seeds}."""
+    return {f: float(numpy.mean([steps_or_censored(r, s) for r in tuning if r["factor"] == f])) for f in s["factors"]}
+
+
 def choose_factor(tuning: list, s: dict) -> float:
-    """The factor of the tuning run that reached the target soonest (then: the higher smoothed BLEU at the end)."""
-    return min(tuning, key=lambda r: (steps_or_censored(r, s), -(r["final_smoothed_bleu"] or 0.0)))["factor"]
+    """The factor with the fewest mean steps over the tuning seeds, but one other than 1 (the default) only when
+    it is faster than 1 by more than s["resolution"] steps; among such factors within s["resolution"] of the
+    fastest, the one nearest 1 (then the smaller)."""
+    mean = tuning_means(tuning, s)
+    better = [f for f in mean if f != 1.0 and mean[f] < mean[1.0] - s["resolution"]]
+    if not better:
+        return 1.0
+    fastest = min(mean[f] for f in better)
+    return min((f for f in better if mean[f] <= fastest + s["resolution"]), key=lambda f: (abs(math.log(f)), f))
 
 
 def _key(row: str, seed: int, factor: float | None = None) -> str:
@@ -182,8 +197,8 @@ def _key(row: str, seed: int, factor: float | None = None) -> str:
 
 
 def tuning_jobs(s: dict, row: str) -> list:
-    return [(_key(row, s["tune_seed"], f), {"s": s, "row": row, "seed": s["tune_seed"], "factor": f})
-            for f in s["factors"]]
+    return [(_key(row, seed, f), {"s": s, "row": row, "seed": seed, "factor": f})
+            for f in s["factors"] for seed in s["tune_seeds"]]
 
 
 def seed_jobs(s: dict, row: str, factor: float) -> list:
@@ -203,13 +218,13 @@ def aggregate(s: dict, folder) -> dict:
     table, runs = {}, {}
     for row in s["rows"]:
         tuned = list(resumable.collect(folder, [k for k, _ in tuning_jobs(s, row)]).values())
-        factor = choose_factor(tuned, s) if len(tuned) == len(s["factors"]) else None
+        factor = choose_factor(tuned, s) if len(tuned) == len(tuning_jobs(s, row)) else None
         mine = list(resumable.collect(folder, [k for k, _ in seed_jobs(s, row, factor or 1.0)]).values()) \
             if factor is not None else []
         runs[row] = {r["seed"]: r for r in mine}
         group, changes, paper_row, paper_ppl, paper_bleu, _ = ROWS[row]
         entry = {"group": group, "changes": changes, "factor": factor,
-                 "tuning": {f"{r['factor']:g}": steps_or_censored(r, s) for r in tuned},
+                 "tuning": {f"{f:g}": x for f, x in tuning_means(tuned, s).items()} if factor else {},
                  "seeds": sorted(runs[row]), "params": (mine or tuned or [{}])[0].get("params"),
                  "censored": sum(r["steps"] is None for r in mine),
                  "paper": {"row": paper_row, "ppl": paper_ppl, "bleu": paper_bleu}}
@@ -230,7 +245,8 @@ def aggregate(s: dict, folder) -> dict:
         c = stats.compare(base, arm, {m: (expected[i], s["margins"][m]) for i, m in enumerate(METRICS)})
         n = len(c["metrics"]["steps"]["seeds"])
         c["status"] = "complete" if n == len(s["seeds"]) else f"running / pending ({n} of {len(s['seeds'])} seeds)"
-        comparisons[row] = {"against": "base", **c}
+        comparisons[row] = {"against": "base", "quantity": QUANTITY, **c}
+    stats.correct(comparisons)
     pending = [row for row in s["rows"] if len(runs[row]) < len(s["seeds"])]
     return {"table": table, "comparisons": comparisons, "pending_rows": pending,
             "runs": [r for row in s["rows"] for r in runs[row].values()]}
@@ -291,9 +307,11 @@ def figures(payload) -> dict:
     return {"curves": fig}
 
 
-def write_results(s: dict, folder, quick: bool, started: float):
-    results = {**aggregate(s, folder), "wall_seconds_of_runs": resumable.wall_seconds(folder)}
-    return common.save(folder, NAME, s, results, started, quick)
+def write_results(s: dict, folder, store, quick: bool, started: float):
+    """results.json of the runs in ``store``: into ``folder`` once none is pending, into ``store`` until then."""
+    results = {**aggregate(s, store), "wall_seconds_of_runs": resumable.wall_seconds(store)}
+    return common.save(store if results["pending_rows"] else folder, NAME, s, results, started, quick,
+                       None if quick else PROTOCOL)
 
 
 def main(argv=None) -> None:
@@ -303,10 +321,11 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     s = QUICK if args.quick else SETTINGS
     folder = common.out_dir(args, NAME)
+    store = folder / f"runs-{(common.digest(s) if args.quick else PROTOCOL['sha256'])[:12]}"
     if not args.collect and not args.replot:
-        run_study(s, folder, log=lambda line: print(line, flush=True),
-                  after=lambda: write_results(s, folder, args.quick, started))
-    path = write_results(s, folder, args.quick, started) if not args.replot else folder / "results.json"
+        run_study(s, store, log=lambda line: print(line, flush=True),
+                  after=lambda: write_results(s, folder, store, args.quick, started))
+    path = write_results(s, folder, store, args.quick, started) if not args.replot else folder / "results.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
     for name, fig in figures(payload).items():
         common.save_figure(fig, folder, f"{NAME}_{name}")

@@ -11,18 +11,22 @@ data, loss, Adam and clipping at norm 1):
 
 1. the gradient norm of each layer's parameters at initialisation, post-LN and pre-LN, averaged over
    4 batches and 5 seeds, for the encoder and the decoder layers;
-2. a grid of peak learning rate x warmup, warmup 1 (no warmup) included, for both, 200 steps, seeds 0..4: the
+2. a grid of rate level x warmup, warmup 1 (no warmup) included, for both, 200 steps, seeds 0..4: the
    final training loss (mean of the last 50 steps), exact match on 200 held-out strings, and each run's
    outcome: "diverged" (a NaN, or a final loss not below the first steps'), "stuck" (a final loss no lower
    than the entropy of the target tokens, what a model that ignores the source can reach: it learned the
    symbol frequencies and nothing of the copy) or "trained".
 
 The Noam schedule (``optim.NoamSchedule``) peaks at step ``warmup`` at lr_factor * d_model^-0.5 *
-warmup^-0.5, so each cell sets lr_factor = peak * sqrt(d_model * warmup). With warmup 1 the rate starts at its
-peak and decays as peak / sqrt(step); a longer warmup at the same peak also keeps the rate higher afterwards
-(peak * sqrt(warmup / step)).
+warmup^-0.5. With warmup 1 the rate starts at its peak and decays as peak / sqrt(step); a longer warmup at the
+same peak keeps the rate higher afterwards (peak * sqrt(warmup / step)) and over 200 steps adds up to 4 to 5 times
+the total rate, so "warmup helps" would be confounded with "more learning rate helps". Under the protocol
+(experiments/protocols/warmup_and_norm.json, read here, its sha256 stored with the results) a cell's rate level
+is the peak of its warmup-1 schedule, and a longer warmup gets the factor whose rates over the run add up to the
+same total (``lr_factor_for``, settings "match": "total"): a lower peak, the same total step budget.
+Each run is stored as it finishes (resumable.py), under the protocol's hash: an interrupted study resumes.
 
-    python experiments/warmup_and_norm.py            # about 23 CPU-minutes: 12 minutes on 2 cores
+    python experiments/warmup_and_norm.py            # about 25 minutes on one core
     python experiments/warmup_and_norm.py --quick    # seconds
 """
 
@@ -32,6 +36,7 @@ import sys
 
 import common  # first: it sets the BLAS threads before NumPy loads
 import numpy
+import resumable
 import training
 
 import minitransformer as mt
@@ -41,18 +46,23 @@ from minitransformer.kit.running.runs import tier
 from minitransformer.kit.running.trainer import NonFiniteError, unpack_batch
 
 NAME = "warmup_and_norm"
+PROTOCOL = common.protocol(NAME)
+RESUMABLE = True
 NORMS = {"post-LN": False, "pre-LN": True}
-MODEL = {"d_model": 64, "num_heads": 4, "d_ff": 128}
-SETTINGS = {"task": "copy", "model": MODEL, "layers": 6, "grad_seeds": [0, 1, 2, 3, 4], "grad_batches": 4,
-            "peaks": [1e-3, 3e-3, 1e-2, 3e-2], "warmups": [1, 30, 100], "steps": 200, "seeds": [0, 1, 2, 3, 4],
-            "heldout": 200}
-QUICK = {"task": "copy", "model": MODEL, "layers": 2, "grad_seeds": [0], "grad_batches": 1,
-         "peaks": [3e-2], "warmups": [1, 10], "steps": 15, "seeds": [0, 1], "heldout": 20}
+SOURCE = "Xiong et al. 2020"
+SETTINGS = PROTOCOL["settings"]
+QUICK = {"task": "copy", "model": SETTINGS["model"], "layers": 2, "grad_seeds": [0], "grad_batches": 1,
+         "peaks": [3e-2], "warmups": [1, 10], "match": "total", "steps": 15, "seeds": [0, 1], "heldout": 20}
 
 
-def lr_factor_for(peak: float, d_model: int, warmup: int) -> float:
-    """The Noam lr_factor whose schedule peaks (at step ``warmup``) at ``peak``."""
-    return peak * (d_model * warmup) ** 0.5
+def lr_factor_for(peak: float, d_model: int, warmup: int, steps: int | None = None) -> float:
+    """The Noam lr_factor whose schedule peaks (at step ``warmup``) at ``peak``; with ``steps``, the factor
+    whose rates over steps 1..steps add up to the same total as the warmup-1 schedule peaking at ``peak``."""
+    factor = peak * d_model ** 0.5                      # warmup 1: lr(k) = factor * d_model^-0.5 * k^-0.5
+    if steps is None:
+        return factor * warmup ** 0.5
+    ks = numpy.arange(1, steps + 1)
+    return factor * numpy.sum(ks ** -0.5) / numpy.sum(numpy.minimum(ks ** -0.5, ks * warmup ** -1.5))
 
 
 def run_settings(s: dict, norm: str, **changes) -> dict:
@@ -122,8 +132,9 @@ def outcome(losses: list, entropy: float, start_steps: int = 5, end_steps: int =
 def grid_run(job: dict) -> dict:
     """Train one (norm, peak, warmup, seed) cell of the grid."""
     s = job["s"]
+    steps = s["steps"] if s.get("match") == "total" else None
     settings = run_settings(s, job["norm"], seed=job["seed"], steps=s["steps"], warmup=job["warmup"],
-                            lr_factor=lr_factor_for(job["peak"], s["model"]["d_model"], job["warmup"]))
+                            lr_factor=float(lr_factor_for(job["peak"], s["model"]["d_model"], job["warmup"], steps)))
     data = task_data(settings)
     entropy = target_entropy(data.train_data.batch_at(0, k) for k in range(20))
     result = {k: job[k] for k in ("norm", "peak", "warmup", "seed")}
@@ -141,14 +152,24 @@ def grid_run(job: dict) -> dict:
             "max_lr": max(h[2] for h in trainer.history), "train_seconds": seconds}
 
 
-def run(s, progress=True) -> dict:
-    grad_jobs = [{"s": s, "norm": norm, "seed": seed} for norm in NORMS for seed in s["grad_seeds"]]
-    grid_jobs = [{"s": s, "norm": norm, "peak": peak, "warmup": warmup, "seed": seed} for seed in s["seeds"]
-                 for norm in NORMS for peak in s["peaks"] for warmup in s["warmups"]]
-    with common.progress(len(grad_jobs) + len(grid_jobs), "warmup and norm", disable=not progress) as bar:
-        grads = training.run_many(init_grad_norms, grad_jobs, bar)
-        grid = training.run_many(grid_run, grid_jobs, bar)
-    return summarize(grads, grid, s)
+def run(s, progress=True, folder=None) -> dict:
+    """The gradient norms and the grid, one run after another, each stored in ``folder`` as it finishes (a
+    second invocation resumes; no folder: computed in parallel, one process per core, and not stored)."""
+    grad_jobs = [(f"grad-{norm}-s{seed}", {"s": s, "norm": norm, "seed": seed})
+                 for norm in NORMS for seed in s["grad_seeds"]]
+    grid_jobs = [(f"{norm}-p{peak:g}-w{warmup}-s{seed}", {"s": s, "norm": norm, "peak": peak, "warmup": warmup,
+                                                         "seed": seed})
+                 for seed in s["seeds"] for norm in NORMS for peak in s["peaks"] for warmup in s["warmups"]]
+    if folder is None:
+        with common.progress(len(grad_jobs) + len(grid_jobs), "warmup and norm", disable=not progress) as bar:
+            return summarize(training.run_many(init_grad_norms, [j for _, j in grad_jobs], bar),
+                             training.run_many(grid_run, [j for _, j in grid_jobs], bar), s)
+    log = print if progress else (lambda line: None)
+    resumable.run_pending(grad_jobs, init_grad_norms, folder, log=log)
+    resumable.run_pending(grid_jobs, grid_run, folder, log=log)
+    clean = (lambda found: [{k: v for k, v in r.items() if k not in ("key", "finished")} for r in found.values()])
+    return summarize(clean(resumable.collect(folder, [k for k, _ in grad_jobs])),
+                     clean(resumable.collect(folder, [k for k, _ in grid_jobs])), s)
 
 
 def comparisons(grid: list, s: dict) -> dict:
@@ -163,19 +184,23 @@ def comparisons(grid: list, s: dict) -> dict:
                 "final_loss": {r["seed"]: r["final_loss"] for r in mine}}
 
     better = {"exact_match": (1, 0.0), "final_loss": (-1, 0.0)}
+    level = "rate level" if s.get("match") == "total" else "peak"
+    claim = "warmup helps at equal total rate" if s.get("match") == "total" else "warmup helps"
+    source = {"source": SOURCE, **({} if s.get("match") == "total" else
+                                   {"confound": "4-5x the total rate of warmup 1"})}
     out = {}
     for norm in NORMS:
         for peak in s["peaks"]:
             for warmup in s["warmups"][1:]:
-                out[f"{norm}, peak {peak:g}: warmup {warmup} - warmup 1"] = {
-                    "claim": "warmup helps", "group": "warmup", "norm": norm, "peak": peak, "warmup": warmup,
-                    **stats.compare(arm(norm, peak, 1), arm(norm, peak, warmup), better)}
+                out[f"{norm}, {level} {peak:g}: warmup {warmup} - warmup 1"] = {
+                    "claim": claim, "group": "warmup", "norm": norm, "peak": peak, "warmup": warmup, **source,
+                    **stats.compare(arm(norm, peak, 1), arm(norm, peak, warmup), better, PROTOCOL["bounds"])}
     for peak in s["peaks"]:
         for warmup in s["warmups"]:
-            out[f"peak {peak:g}, warmup {warmup}: pre-LN - post-LN"] = {
-                "claim": "pre-LN trains better", "group": "norm", "peak": peak, "warmup": warmup,
-                **stats.compare(arm("post-LN", peak, warmup), arm("pre-LN", peak, warmup), better)}
-    return out
+            out[f"{level} {peak:g}, warmup {warmup}: pre-LN - post-LN"] = {
+                "claim": "pre-LN trains better", "group": "norm", "peak": peak, "warmup": warmup, "source": SOURCE,
+                **stats.compare(arm("post-LN", peak, warmup), arm("pre-LN", peak, warmup), better, PROTOCOL["bounds"])}
+    return stats.correct(out)
 
 
 def summarize(grads: list, grid: list, s: dict) -> dict:

@@ -100,9 +100,14 @@ def test_an_unknown_part_is_refused():
 
 
 def test_stored_comparisons_are_recomputable_from_their_differences():
-    # every comparison stored in a results.json: its interval and verdict follow from its per-seed differences
+    # every comparison stored in a results.json: its interval, verdict, p-values and Holm-corrected verdict follow
+    # from its per-seed differences, and a reading at a bound from the arms' means and the protocol's bound
+    import common
+
     for path in sorted(report.RESULTS.glob("*/results.json")):
         comparisons = json.loads(path.read_text(encoding="utf-8"))["results"].get("comparisons", {})
+        protocol = common.PROTOCOLS / f"{path.parent.name}.json"
+        bounds = common.protocol(path.parent.name).get("bounds", {}) if protocol.exists() else {}
         for name, c in comparisons.items():
             readings = []
             for metric, m in c["metrics"].items():
@@ -110,8 +115,18 @@ def test_stored_comparisons_are_recomputable_from_their_differences():
                     mean, sd = stats.mean_sd(m["diffs"])
                     half = stats.t975(len(m["diffs"]) - 1) * sd / len(m["diffs"]) ** 0.5
                     assert m["ci95"] == pytest.approx([mean - half, mean + half]), (path, name, metric)
-                readings.append(stats.side(m["ci95"], m["expected"], m["margin"]))
+                reading = stats.side(m["ci95"], m["expected"], m["margin"])
+                if m["reading"].startswith("at "):
+                    kind, bound, distance = bounds[metric]
+                    assert m["reading"] == f"at {kind}" and all(abs(x - bound) <= distance for x in m["means"])
+                    reading = m["reading"]
+                readings.append(reading)
             assert c["verdict"] == stats.verdict(readings), (path, name)
+        family = {k: c for k, c in comparisons.items() if c.get("status", "complete") == "complete"}
+        again = stats.correct(json.loads(json.dumps(family)))
+        for name, c in family.items():
+            assert (c["p"], c["p_holm"], c["verdict_holm"]) == pytest.approx(
+                (again[name]["p"], again[name]["p_holm"], again[name]["verdict_holm"])), (path, name)
 
 
 def test_the_tuning_note_names_choices_at_the_grid_edge_and_ties():
@@ -123,28 +138,59 @@ def test_the_tuning_note_names_choices_at_the_grid_edge_and_ties():
     note = report.tuning_note(edge, grid, "factor", "BLEU")
     assert "1 of 3 chose the smallest factor tried, 0.5 (b)" in note
     assert "1 of 3 chose the largest factor tried, 2 (c)" in note
-    assert note.endswith("Tied on the tuning seed, settled by BLEU: b.")
+    assert note.endswith("Tied in the tuning, settled by BLEU: b.")
+    named = report.tuning_note(inside, grid, "factor", "the smaller", ties=["a"])
+    assert named == "Tuning: Tied in the tuning, settled by the smaller: a."
     single = report.tuning_note({"a": (1.0, {1.0: 450}), "b": (1.0, {1.0: 500})}, [1.0], "factor", "BLEU")
     assert single == "Tuning: every factor chosen inside the grid, without a tie."
 
 
 def test_the_resumable_studies_results_follow_from_their_finished_runs():
-    # table3 and multi30k_table3 compute results.json from the run files they store: recompute and compare
+    # multi30k_table3 computes results.json from the run files it stores: recompute and compare
     import multi30k_table3
     import resumable
+
+    folder = report.RESULTS / "multi30k_table3"
+    stored = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    s = stored["settings"]
+    finished = resumable.collect(folder, [multi30k_table3.run_key(row, seed) for row in s["rows"]
+                                          for seed in s["seeds"]])
+    again = multi30k_table3.aggregate(s, finished)
+    fresh = json.loads(json.dumps({**again, "wall_seconds_of_runs": resumable.wall_seconds(folder)}, default=str))
+    assert fresh["comparisons"] == stored["results"]["comparisons"]
+    assert fresh == stored["results"]
+
+
+def test_the_stored_table3_differences_are_those_of_its_run_files():
+    # the stored Table 3 run (an earlier protocol: one tuning seed): each row's per-seed differences from the base
+    # are those of the run files in results/table3/finished
     import table3
 
-    for module, name in ((table3, "table3"), (multi30k_table3, "multi30k_table3")):
-        folder = report.RESULTS / name
-        stored = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-        s = stored["settings"]
-        if module is table3:
-            again = table3.aggregate(s, folder)
-        else:
-            finished = resumable.collect(folder, [multi30k_table3.run_key(row, seed) for row in s["rows"]
-                                                  for seed in s["seeds"]])
-            again = multi30k_table3.aggregate(s, finished)
-        fresh = json.loads(json.dumps({**again, "wall_seconds_of_runs": resumable.wall_seconds(folder)},
-                                        default=str))
-        assert fresh["comparisons"] == stored["results"]["comparisons"], name
-        assert fresh == stored["results"], name
+    folder = report.RESULTS / "table3"
+    stored = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    s = stored["settings"]
+
+    def files(row):
+        found = {}
+        for seed in s["seeds"]:
+            r = json.loads((folder / "finished" / f"{table3._key(row, seed)}.json").read_text(encoding="utf-8"))
+            found[seed] = (table3.steps_or_censored(r, s), r["ppl_at"])
+        return found
+
+    base = files("base")
+    for row, c in stored["results"]["comparisons"].items():
+        mine = files(row)
+        for i, metric in enumerate(("steps", "ppl")):
+            assert c["metrics"][metric]["diffs"] == pytest.approx([mine[k][i] - base[k][i] for k in s["seeds"]]), row
+
+
+def test_the_protocol_line_says_which_protocol_a_run_followed(tmp_path, monkeypatch):
+    import common
+
+    monkeypatch.setattr(common, "PROTOCOLS", tmp_path)
+    (tmp_path / "s.json").write_text('{"settings": {"x": 1}}', encoding="utf-8")
+    sha = common.protocol("s")["sha256"]
+    assert "fixed before the run." in report.protocol_line({"protocol": {"sha256": sha}}, "s")
+    assert "has changed since" in report.protocol_line({"protocol": {"sha256": "0" * 64}}, "s")
+    assert "run before its protocol was written down" in report.protocol_line({"settings": {"x": 1}}, "s")
+    assert "an earlier one" in report.protocol_line({"settings": {"x": 2}}, "s")

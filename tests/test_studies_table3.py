@@ -125,13 +125,19 @@ def test_measures_around_the_step_of_the_table():
     assert m["ppl_at"] == pytest.approx(1.3)
 
 
-def test_choose_factor_prefers_the_soonest_then_the_best_bleu():
-    s = {"max_steps": 100, "eval_every": 25}
-    tuned = [{"factor": 0.5, "steps": None, "final_smoothed_bleu": 80.0},
-             {"factor": 1.0, "steps": 75, "final_smoothed_bleu": 91.0},
-             {"factor": 2.0, "steps": 75, "final_smoothed_bleu": 93.0}]
-    assert table3.choose_factor(tuned, s) == 2.0
-    assert table3.steps_or_censored(tuned[0], s) == 125                # never reached: counted past the limit
+def test_choose_factor_keeps_the_default_unless_another_is_faster_by_more_than_the_resolution():
+    s = {"max_steps": 100, "eval_every": 25, "factors": [0.5, 1.0, 2.0], "resolution": 25}
+
+    def tuned(steps):        # {factor: [steps on each tuning seed]}
+        return [{"factor": f, "steps": x} for f, xs in steps.items() for x in xs]
+
+    # 2 is faster than 1 by 25 on the mean (one evaluation): within the resolution, so the default
+    assert table3.choose_factor(tuned({0.5: [None, None], 1.0: [75, 75], 2.0: [50, 50]}), s) == 1.0
+    # by 37.5: beyond it
+    assert table3.choose_factor(tuned({0.5: [None, None], 1.0: [75, 100], 2.0: [50, 50]}), s) == 2.0
+    # 0.5 and 2 both beyond, within 25 of each other: the nearer 1 in ratio is a tie, then the smaller
+    assert table3.choose_factor(tuned({0.5: [25, 50], 1.0: [100, 100], 2.0: [50, 50]}), s) == 0.5
+    assert table3.steps_or_censored({"steps": None}, s) == 125       # never reached: counted past the limit
 
 
 def test_table3_quick_resumes_and_compares(tmp_path):
@@ -142,6 +148,7 @@ def test_table3_quick_resumes_and_compares(tmp_path):
     for name, row in res["table"].items():
         assert row["factor"] in s["factors"] and row["seeds"] == s["seeds"]
         assert len(row["tuning"]) == len(s["factors"])
+    assert "protocol" not in p                                      # a quick run follows no protocol file
     for run in res["runs"]:
         steps = [c[0] for c in run["curve"]]
         assert steps == list(range(s["eval_every"], steps[-1] + 1, s["eval_every"]))
@@ -164,8 +171,8 @@ def test_table3_quick_resumes_and_compares(tmp_path):
         base = {r["seed"]: table3.steps_or_censored(r, s) for r in res["runs"] if r["row"] == "base"}
         assert diffs == [by_seed[k] - base[k] for k in sorted(base)]
     # a second invocation finds every run finished and trains nothing
-    finished = sorted((tmp_path / "finished").glob("*.json"))
-    assert len(finished) == len(s["rows"]) * (len(s["factors"]) + len(s["seeds"]))
+    finished = sorted(tmp_path.glob("runs-*/finished/*.json"))
+    assert len(finished) == len(s["rows"]) * (len(s["factors"]) * len(s["tune_seeds"]) + len(s["seeds"]))
     stamps = [f.stat().st_mtime_ns for f in finished]
     run_script("table3", tmp_path)
     assert [f.stat().st_mtime_ns for f in finished] == stamps
