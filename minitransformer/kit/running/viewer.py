@@ -111,7 +111,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     if tokenizers is not None and (not isinstance(tokenizers, (tuple, list)) or len(tokenizers) != 2):
         raise ValueError(f"{owner}: tokenizers must be a pair (source tokenizer, target tokenizer), got "
                          f"{tokenizers!r:.80}")
-    beam_size = checks.int_in(owner, "beam_size", beam_size, 1, 100)
+    beam_size = checks.int_in(owner, "beam_size", beam_size, 1, decoding.MAX_BEAM)
     alpha = checks.non_negative(owner, "alpha", alpha)
     c = model.config
     src_tok, tgt_tok = tokenizers or (None, None)
