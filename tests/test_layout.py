@@ -5,6 +5,7 @@ define it."""
 
 import ast
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -177,19 +178,30 @@ def test_no_name_is_imported_from_a_kit_module_that_does_not_define_it():
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
         defined[module_name(path)] = names
-    for path in [*package_files(), *(ROOT.parent / "tests").glob("*.py"), *(ROOT.parent / "experiments").glob("*.py")]:
+    others = [*(ROOT.parent / "tests").glob("*.py"), *(ROOT.parent / "experiments").glob("*.py"),
+              *(ROOT.parent / "examples").glob("*.py"), *(ROOT.parent / "notebooks").glob("*.ipynb")]
+    for path in [*package_files(), *others]:
         if path.name == "__init__.py" and path.parent == ROOT:
             continue
         if ROOT in path.parents:
             found = imports_of(path)
         else:
-            found = [(n.module, [a.name for a in n.names]) for n in ast.walk(ast.parse(path.read_text()))
+            found = [(n.module, [a.name for a in n.names]) for n in ast.walk(ast.parse(source_of(path)))
                      if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("minitransformer.kit")]
         for target, names in found:
             names = [n for n in names if not is_module(f"{target}.{n}")]
             if target.startswith("minitransformer.kit") and target in defined:
                 for name in names:
                     assert name in defined[target], f"{path.name} imports {name} from {target}, which does not define it"
+
+
+def source_of(path: Path) -> str:
+    """A file's Python: a notebook's code cells, their IPython lines (%, !) left out."""
+    if path.suffix != ".ipynb":
+        return path.read_text()
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    lines = [line for c in cells for line in "".join(c["source"]).splitlines() if not line.lstrip().startswith(("%", "!"))]
+    return "\n".join(lines)
 
 
 def test_no_module_renames_another_modules_name():
