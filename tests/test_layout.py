@@ -192,7 +192,8 @@ def test_no_name_is_imported_from_a_kit_module_that_does_not_define_it():
             names = [n for n in names if not is_module(f"{target}.{n}")]
             if target.startswith("minitransformer.kit") and target in defined:
                 for name in names:
-                    assert name in defined[target], f"{path.name} imports {name} from {target}, which does not define it"
+                    assert name in defined[target], \
+                        f"{path.name} imports {name} from {target}, which does not define it"
 
 
 def source_of(path: Path) -> str:
@@ -200,7 +201,8 @@ def source_of(path: Path) -> str:
     if path.suffix != ".ipynb":
         return path.read_text()
     cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    lines = [line for c in cells for line in "".join(c["source"]).splitlines() if not line.lstrip().startswith(("%", "!"))]
+    lines = [line for c in cells for line in "".join(c["source"]).splitlines()
+             if not line.lstrip().startswith(("%", "!"))]
     return "\n".join(lines)
 
 
