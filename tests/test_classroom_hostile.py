@@ -391,11 +391,14 @@ def test_without_root_landlock_alone_holds(world, monkeypatch):
     written = [root / "teacher" / "assignment.json", Path("/tmp") / f"hostile-{os.getpid()}-2",
                shared / "open" / "new2.py"]
     before = written[0].read_text()
+    token = f"ordinary{os.getpid()}"[:15].encode()
     fill = {"PARENT": str(REFERENCE.parent), "FILE": str(REFERENCE / "layers/dropout.py"), "TARGETS": [
-        str(p) for p in written], "OTHER": str(shared / "other" / PACKAGE / "layers" / "attention.py")}
+        str(p) for p in written], "OTHER": str(shared / "other" / PACKAGE / "layers" / "attention.py"),
+        "ESCAPE": True, "TOKEN": token}
     attacks = {"dropout": ROUND_1["dropout"], "multihead": ROUND_1["multihead"], "sublayer": ROUND_2["sublayer"],
-               "attention": ROUND_2["attention"]}
+               "attention": ROUND_2["attention"], "feedforward": ROUND_1["sublayer"]}    # the last: an escape
     tests = graded(root, student(root, "ordinary_user", attacks, fill), seed=11)
     assert_only_attacked_fail(tests, attacks)
     assert "PermissionError" in tests["attention"]["output"]                # Landlock, not file modes
     assert written[0].read_text() == before and not written[1].exists() and not written[2].exists()
+    assert not processes_named(token)        # a child in a session of its own came to the grader, and was ended

@@ -63,11 +63,58 @@ def start(job: Path, spec: dict, uid) -> tuple:
         for path in [job, *job.rglob("*")]:
             os.lchown(path, uid, uid)
     printed = open(job.parent / f"{job.name}.printed", "w+b")  # noqa: SIM115 - closed by finish()
+    adopt_orphans()
+    if not STARTED:
+        BEFORE.clear()
+        BEFORE.update(p for p, parent in _parents().items() if parent == os.getpid())
     env = {"PATH": "/usr/bin:/bin", "HOME": str(job / "work"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "LC_ALL": "C.UTF-8"}
     process = subprocess.Popen([sys.executable, "-I", "-S", "-u", str(job / "harness.py"), str(job)], cwd=job, env=env,
                                stdin=subprocess.DEVNULL, stdout=printed, stderr=printed, start_new_session=True)
+    STARTED.add(process.pid)
     return process, printed
+
+
+def adopt_orphans() -> None:
+    """On Linux, make the grader the child subreaper: a process the student's code starts and leaves behind (in a
+    session of its own, its parent gone) comes to the grader instead of to init, so ``stop`` still finds it when no
+    user of its own marks the student's processes."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)         # PR_SET_CHILD_SUBREAPER
+
+
+def _parents() -> dict:
+    """{pid: parent pid} of the live processes (a zombie has ended)."""
+    parents = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            if state != "Z":
+                parents[int(entry.name)] = int(parent)
+    return parents
+
+
+# The student processes started and not yet stopped, and what was the grader's child before any of them: an
+# adopted orphan is a child of the grader that is neither.
+STARTED, BEFORE = set(), set()
+
+
+def adopted() -> list:
+    """The grader's children that it did not start: what the student's processes left behind."""
+    parents = _parents()
+    return [p for p, parent in parents.items() if parent == os.getpid() and p not in STARTED | BEFORE]
+
+
+def descendants(pid: int) -> list:
+    """The live processes whose chain of parents reaches ``pid``."""
+    parents, found, frontier = _parents(), set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
+        found |= frontier
+    return sorted(found)
 
 
 def processes(uid) -> list:
@@ -84,10 +131,15 @@ def processes(uid) -> list:
 def stop(process, uid) -> None:
     """The student's processes ended, all of them: the session, and (as root) every process of its user, stopped
     first so that none forks a new one; then that user's files in the shared folders removed."""
+    left = descendants(process.pid)                     # before the harness dies and they pass to the grader
     with contextlib.suppress(OSError):
         os.killpg(process.pid, signal.SIGKILL)
-    for _ in range(100 if uid is not None else 0):
-        alive = processes(uid)
+    for _ in range(100):
+        if uid is not None:
+            alive = processes(uid)
+        else:                                           # without a user of its own: the session's, and the adopted
+            alive = sorted(({*left, *descendants(process.pid)} & set(_parents()))
+                           | {q for p in adopted() for q in [p, *descendants(p)]})
         if not alive:
             break
         for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -95,8 +147,12 @@ def stop(process, uid) -> None:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
         time.sleep(0.01)
+        for pid in alive:                               # those the grader adopted are its to reap
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(5)
+    STARTED.discard(process.pid)
     for shared in [Path(p) for p in SHARED if uid is not None and Path(p).is_dir()]:
         for entry in shared.iterdir():
             with contextlib.suppress(OSError):
