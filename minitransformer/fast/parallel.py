@@ -21,6 +21,7 @@ from .threads import get_num_threads, parallel_map
 # Far beyond any machine's cores; a count past it is a typo, refused before a replica is made.
 MAX_WORKERS = 1024
 
+
 class DataParallel:
     """The forward and backward of a training step on B sentences, split across ``workers`` model replicas
     that run at once, with the same loss and gradients as the one model on the whole batch.

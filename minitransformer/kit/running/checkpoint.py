@@ -26,8 +26,8 @@ import safetensors.numpy
 
 from minitransformer import backend
 from minitransformer.checks import positive_int
-from minitransformer.kit.running import checkpoint_checks as checks
 from minitransformer.kit import files
+from minitransformer.kit.running import checkpoint_checks as checks
 
 SUFFIX = ".safetensors"
 LATEST = "checkpoint" + SUFFIX

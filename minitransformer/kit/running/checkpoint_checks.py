@@ -11,10 +11,9 @@ import re
 
 import numpy
 
-from minitransformer.kit import limits
 from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
-from minitransformer.kit import files
+from minitransformer.kit import files, limits
 from minitransformer.kit.data.tokenizers import check_size
 from minitransformer.kit.limits import CONFIG_CAPS, MAX_COUNT
 from minitransformer.kit.running.settings import check_saved_settings

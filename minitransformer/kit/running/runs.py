@@ -13,11 +13,10 @@ from minitransformer.fast.threads import NO_BLAS_CONTROL, use_blas_threads
 from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 from minitransformer.kit.data.tasks import exact_match
+from minitransformer.kit.files import atomic_write
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer
 from minitransformer.optim import Adam, NoamSchedule
-
-from minitransformer.kit.files import atomic_write
 
 from . import checkpoint as ckpt
 from .trainer import Trainer
