@@ -10,7 +10,7 @@ from minitransformer.kit.running import viz
 from minitransformer.kit.running.runs import choose_blas_threads
 
 from .common import CLIError, load_run
-from .translate import _symbol_ids
+from .translate import symbol_ids
 
 
 def cmd_explain(args) -> int:
@@ -20,8 +20,8 @@ def cmd_explain(args) -> int:
         raise CLIError("give a sentence to explain (symbol ids separated by spaces for a copy/reverse run), got an "
                        "empty one")
     if src_tok is None:                                    # copy/reverse: symbol ids
-        src, tokenizers = _symbol_ids(model, args.sentence), None
-        tgt = None if args.target is None else _symbol_ids(model, args.target)
+        src, tokenizers = symbol_ids(model, args.sentence), None
+        tgt = None if args.target is None else symbol_ids(model, args.target)
     else:
         src, tokenizers = encode_sources(model, src_tok, [args.sentence])[0], (src_tok, tgt_tok)
         tgt = None if args.target is None else tgt_tok.encode(args.target)

@@ -26,7 +26,7 @@ def cmd_translate(args) -> int:
     def translate(lines: list) -> None:
         """Translate (number, line) pairs and print one line each (an empty line stays empty), flushed."""
         if src_tok is None:                                # copy/reverse: no tokeniser, symbol ids
-            encoded = [_symbol_ids(model, line) for _, line in lines]
+            encoded = [symbol_ids(model, line) for _, line in lines]
         else:
             encoded = encode_sources(model, src_tok, [line for _, line in lines])
         todo = [i for i, (_, line) in enumerate(lines) if line.strip()]
@@ -45,7 +45,7 @@ def cmd_translate(args) -> int:
     return 0
 
 
-def _symbol_ids(model, line: str) -> list:
+def symbol_ids(model, line: str) -> list:
     """A copy/reverse checkpoint's input: symbol ids separated by spaces."""
     try:
         ids = [int(x) for x in line.split()]
