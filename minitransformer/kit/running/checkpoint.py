@@ -140,12 +140,9 @@ def load_checkpoint(path) -> Checkpoint:
         data = f.read(size + 1)
     try:
         tensors = safetensors.numpy.load(data)
-    except (safetensors.SafetensorError, ValueError, KeyError) as err:
-        raise ValueError(f"checkpoint {path}: damaged, not a readable safetensors file ({err})") from None
+    except (safetensors.SafetensorError, ValueError, KeyError) as err:      # its tensors do not tile the file
+        raise ValueError(f"checkpoint {path}: truncated or damaged, not a readable safetensors file ({err})") from None
     del data
-    if set(tensors) != set(specs) or any(str(tensors[n].dtype) != checks.DTYPES[c] or list(tensors[n].shape) != s
-                                         for n, (c, s) in specs.items()):
-        raise ValueError(f"checkpoint {path}: damaged, its tensors are not what its header describes")
     if _digest(metadata, tensors) != metadata["sha256"]:
         raise ValueError(f"checkpoint {path}: checksum mismatch, the file was altered or damaged after it was "
                          f"written (stored sha256 {metadata['sha256']:.16}...)")
