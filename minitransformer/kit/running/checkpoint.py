@@ -90,8 +90,8 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     tensors: dict = OrderedDict((f"param/{n}", backend.to_numpy(v)) for n, v in weights.items())
     if run is not None and not (isinstance(run, str) and 0 < len(run) <= 64):
         raise ValueError(f"save_checkpoint: run must be a short non-empty str (the run's id), got {run!r:.60}")
-    count = {k: checks.count(v, k, "save_checkpoint") for k, v in zip(("step", "epoch", "batch"), (step, epoch, batch))}
-    meta = {"format": checks.FORMAT_NAME, "format_version": checks.FORMAT_VERSION, **count, "param_names": list(weights),
+    meta = {"format": checks.FORMAT_NAME, "format_version": checks.FORMAT_VERSION, "param_names": list(weights),
+            **{k: checks.count(v, k, "save_checkpoint") for k, v in dict(step=step, epoch=epoch, batch=batch).items()},
             "optimizer": None if optimizer is None else _flatten(optimizer, "optim", tensors),
             "scheduler": None if scheduler is None else _flatten(scheduler, "sched", tensors),
             "rng": rng, "config": config, "tokenizers": dict(tokenizers or {}), "extra": dict(extra or {})}
@@ -215,15 +215,11 @@ def resolve_checkpoint(path) -> str:
 
 def _of_run(paths: list, run, folder: str, doing: str) -> list:
     """The files written by ``run``; each other one is named on stderr (one line) and left out."""
-    ours = []
-    for path in paths:
-        other = run_of(path)
-        if other == run:
-            ours.append(path)
-        else:
-            print(f"checkpoint folder {folder}: {os.path.basename(path)} was not written by this run (run "
-                  f"{other}, not {run}): left out of {doing}", file=sys.stderr)
-    return ours
+    runs = {path: run_of(path) for path in paths}
+    for path in [p for p in paths if runs[p] != run]:
+        print(f"checkpoint folder {folder}: {os.path.basename(path)} was not written by this run (run "
+              f"{runs[path]}, not {run}): left out of {doing}", file=sys.stderr)
+    return [p for p in paths if runs[p] == run]
 
 
 class CheckpointManager:
@@ -254,11 +250,11 @@ class CheckpointManager:
         for path in (step_file, self.latest):
             files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
         self._seen[step_file] = True
-        new = [p for p in list_checkpoints(self.directory) if p not in self._seen]   # each header is read once
-        self._seen.update((p, True) for p in _of_run(new, self.run, self.directory, "pruning"))
-        self._seen.update((p, False) for p in new if p not in self._seen)
-        ours = [p for p in list_checkpoints(self.directory) if self._seen[p]]
-        for old in ours[:-self.keep]:
+        found = list_checkpoints(self.directory)
+        new = [p for p in found if p not in self._seen]                       # each header is read once
+        ours = _of_run(new, self.run, self.directory, "pruning")
+        self._seen.update((p, p in ours) for p in new)
+        for old in [p for p in found if self._seen[p]][:-self.keep]:
             files.remove_quietly(old)
             del self._seen[old]
         return self.latest

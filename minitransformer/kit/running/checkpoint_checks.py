@@ -111,11 +111,10 @@ def check_meta(where: str, meta, specs: dict) -> list:
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{where}: format version {meta.get('format_version')!r:.20} is not supported "
                          f"(this minitransformer reads version {FORMAT_VERSION})")
-    missing = [key for key in ("step", "epoch", "batch", "param_names") if key not in meta]
-    if missing:
-        raise ValueError(f"{where} is missing {missing[0]!r}")
-    for key in ("step", "epoch", "batch"):
-        meta[key] = count(meta[key], key, where)
+    for key in ("step", "epoch", "batch", "param_names"):
+        if key not in meta:
+            raise ValueError(f"{where} is missing {key!r}")
+    meta.update({key: count(meta[key], key, where) for key in ("step", "epoch", "batch")})
     names = meta["param_names"]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
         raise ValueError(f"{where}: param_names must be a list of distinct str")
@@ -162,10 +161,8 @@ def check_finite(where: str, names: list, tensors: dict) -> None:
 
 
 def check_config(config, where: str):
-    """The ``TransformerConfig`` of a config dict read from a file; ValueError naming ``where`` and the field for
-    an invalid one or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS``."""
-    if not isinstance(config, dict):
-        raise ValueError(f"{where}: config must be an object, got {type(config).__name__}")  # noqa: TRY004
+    """The ``TransformerConfig`` of a config dict read from a file (a dict: ``check_meta`` saw to it); ValueError
+    naming ``where`` and the field for an invalid one or a size beyond ``CONFIG_CAPS`` / ``MAX_POSITIONS``."""
     for name, cap in CONFIG_CAPS.items():
         value = config.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > cap:
