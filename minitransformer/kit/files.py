@@ -160,11 +160,11 @@ def lock_folder(directory, what: str = "run folder"):
     return release
 
 
-def parse_json(text, where: str, max_depth: int = MAX_JSON_DEPTH, **options):
-    """json.loads, refusing bad JSON and nesting deeper than ``max_depth`` (ValueError naming ``where``)."""
-    too_deep = f"{where}: JSON nested too deeply (more than {max_depth} levels)"
+def parse_json(text, where: str):
+    """json.loads, refusing bad JSON and nesting deeper than ``MAX_JSON_DEPTH`` (ValueError naming ``where``)."""
+    too_deep = f"{where}: JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
     try:
-        obj = json.loads(text, **options)
+        obj = json.loads(text)
     except RecursionError:
         raise ValueError(too_deep) from None
     except (ValueError, TypeError) as err:            # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -172,7 +172,7 @@ def parse_json(text, where: str, max_depth: int = MAX_JSON_DEPTH, **options):
     level, nodes = 0, [obj]
     while nodes := [n for n in nodes if isinstance(n, (dict, list))]:       # one level at a time: no recursion
         level += 1
-        if level > max_depth:
+        if level > MAX_JSON_DEPTH:
             raise ValueError(too_deep)
         nodes = [c for n in nodes for c in (n.values() if isinstance(n, dict) else n)]
     return obj

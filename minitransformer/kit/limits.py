@@ -1,7 +1,7 @@
 """The one table of the kit's limits: what a run, a model, a file and a corpus may be. The command line, the
-checkpoint writer and reader, resume and evaluate all read their bounds here, so whatever ``train`` accepts and saves
-the others accept too (the core guards its own entry points: ``budget`` for memory, ``checks`` for arguments). The bounds sit far beyond any model of this project (the paper's big model:
-d_model 1024, 16 heads, 6+6 layers, d_ff 4096); they refuse a typo or a crafted file before any allocation."""
+checkpoint writer and reader, resume and evaluate read their bounds here, so whatever ``train`` accepts and saves the
+others accept too (the core guards its own entry points). The bounds sit far beyond the paper's big model (d_model
+1024, 16 heads, 6+6 layers, d_ff 4096): they refuse a typo or a crafted file before any allocation."""
 
 from minitransformer.decoding import MAX_BEAM
 from minitransformer.fast.parallel import MAX_WORKERS
@@ -15,8 +15,8 @@ CONFIG_CAPS = {"src_vocab_size": 1_000_000, "tgt_vocab_size": 1_000_000, "d_mode
                "max_len": 8192}
 MAX_POSITIONS = 1 << 24       # max_len * d_model: the sinusoidal table each side builds (not stored in a file)
 
-# Integer settings of a run, (lowest, highest): what the command line parses, a run saves and resume reads back.
-# beam_size and workers are the bounds the API's beam search and DataParallel hold themselves.
+# Integer settings of a run, (lowest, highest): what the command line parses, a run saves and resume reads back
+# (beam_size and workers: the bounds beam search and DataParallel hold themselves).
 INT_SETTINGS = {
     "seed": (0, MAX_COUNT), "steps": (1, MAX_COUNT), "epochs": (1, MAX_COUNT), "warmup": (1, MAX_COUNT),
     "batch_size": (1, 65_536), "max_tokens": (1, 10 ** 7), "vocab_size": (1, CONFIG_CAPS["src_vocab_size"]),

@@ -231,15 +231,12 @@ class CheckpointManager:
 
     def __init__(self, directory, keep: int = 5):
         self.directory, self.run = os.fspath(directory), None
+        self.latest = os.path.join(self.directory, LATEST)
         self._seen = {}                # step file -> whether this run wrote it, from its header read once
         self.keep = positive_int("CheckpointManager", "keep", keep)
         os.makedirs(self.directory, exist_ok=True)
         self.close = weakref.finalize(self, files.lock_folder(self.directory, "checkpoint folder"))
         files.remove_stale_temps(self.directory)
-
-    @property
-    def latest(self) -> str:
-        return os.path.join(self.directory, LATEST)
 
     def save(self, step: int, **state) -> str:
         """Write both files (``state`` as for ``save_checkpoint``), then prune. -> the latest's path."""
@@ -273,8 +270,7 @@ def average_checkpoints(paths) -> OrderedDict:
         if loaded.run != first.run:
             raise ValueError(f"average_checkpoints: {path} was written by another run than {paths[0]} "
                              f"(run {loaded.run}, not {first.run}): the weights of different runs cannot be averaged")
-        shapes = [(k, v.shape) for k, v in loaded.weights.items()]
-        if shapes != [(k, v.shape) for k, v in total.items()]:
+        if [(k, v.shape) for k, v in loaded.weights.items()] != [(k, v.shape) for k, v in total.items()]:
             raise ValueError(f"average_checkpoints: {path} holds other parameters or shapes than {paths[0]} "
                              f"(different models cannot be averaged)")
         for k, v in loaded.weights.items():

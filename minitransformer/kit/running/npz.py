@@ -1,7 +1,7 @@
 """Checkpoints of earlier versions (``.npz``, format version 1), converted once to safetensors by
 ``minitransformer convert runs/toy`` (``convert_npz``), the command ``load_checkpoint`` names when it meets one. The
 zip's sha256 trailer, entry count, sizes and every array header are checked before ``numpy.load(allow_pickle=False)``
-reads an array; the new file is written with the writer's checks and read back before it counts."""
+reads an array; the new file is written with the writer's checks, which are the reader's."""
 
 from __future__ import annotations
 
@@ -88,6 +88,4 @@ def convert_npz(old, new=None, run: str | None = None) -> list:
     arrays.pop("format_version", None)
     checks.check_meta(f"checkpoint {old}", meta, {n: (ck.CODES[a.dtype.newbyteorder("=")], list(a.shape))
                                                   for n, a in arrays.items()})
-    ck.save_checkpoint(new, **ck.restore(meta, arrays), run=run)
-    ck.load_checkpoint(new)
-    return [new]
+    return [ck.save_checkpoint(new, **ck.restore(meta, arrays), run=run)]

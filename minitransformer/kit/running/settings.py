@@ -54,18 +54,15 @@ MODEL_OPTIONS = {"dropout": "dropout", "d_model": "d_model", "heads": "num_heads
 
 def task_settings(task: str, typed: dict | None = None) -> dict:
     """The settings of a run of ``task``: its defaults, replaced by the options ``typed`` (as the parser gives them)."""
-    typed = dict(typed or {})
+    typed = typed or {}
     d = TASK_DEFAULTS[task]
     s = {**_COMMON, **{k: v for k, v in d.items() if k != "model"}, "task": task, "model": dict(d["model"])}
     if "preset" in typed:
         s["model"] = {}                                    # a preset replaces the task's model
     if "steps" in typed or "epochs" in typed:              # exclusive options: one replaces the other
         s["steps"] = s["epochs"] = None
-    for option, value in typed.items():
-        if option in MODEL_OPTIONS:
-            s["model"][MODEL_OPTIONS[option]] = value
-        else:
-            s[option] = value
+    s.update((option, value) for option, value in typed.items() if option not in MODEL_OPTIONS)
+    s["model"].update((MODEL_OPTIONS[option], value) for option, value in typed.items() if option in MODEL_OPTIONS)
     if "layers" in typed:
         s["model"]["num_decoder_layers"] = typed["layers"]
     if task in SEQUENCE_TASKS and s["target"] is not None:
