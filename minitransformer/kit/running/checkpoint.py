@@ -106,7 +106,8 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     specs = {name: (CODES[a.dtype.newbyteorder("=")], list(a.shape)) for name, a in tensors.items()}
     checks.check_sizes("save_checkpoint", len(text.encode("utf-8")), specs)
     meta = files.parse_json(text, "save_checkpoint: metadata")            # as the reader will parse it
-    checks.check_finite("save_checkpoint", checks.check_meta("save_checkpoint", meta, specs), tensors)
+    checks.check_meta("save_checkpoint", meta, specs)
+    checks.check_finite("save_checkpoint", tensors)
     metadata = {"minitransformer": text, "run": run or ""}
     metadata["sha256"] = _digest(metadata, tensors)
     return safetensors.numpy.save(tensors, metadata=metadata)
@@ -135,7 +136,7 @@ def load_checkpoint(path) -> Checkpoint:
         size = os.fstat(f.fileno()).st_size
         metadata, specs = checks.read_header(path, f, size)
         meta = files.parse_json(metadata["minitransformer"], f"checkpoint {path}: metadata")
-        floats = checks.check_meta(f"checkpoint {path}", meta, specs)
+        checks.check_meta(f"checkpoint {path}", meta, specs)
         f.seek(0)
         data = f.read(size + 1)
     try:
@@ -146,7 +147,7 @@ def load_checkpoint(path) -> Checkpoint:
     if _digest(metadata, tensors) != metadata["sha256"]:
         raise ValueError(f"checkpoint {path}: checksum mismatch, the file was altered or damaged after it was "
                          f"written (stored sha256 {metadata['sha256']:.16}...)")
-    checks.check_finite(f"checkpoint {path}", floats, tensors)
+    checks.check_finite(f"checkpoint {path}", tensors)
     return Checkpoint(**restore(meta, tensors), path=path, run=metadata["run"] or None)
 
 

@@ -102,9 +102,9 @@ def unflatten(node, prefix: str, where: str, lookup):
     raise ValueError(f"{where} holds a malformed entry (keys {sorted(keys)[:4]!r:.80})")
 
 
-def check_meta(where: str, meta, specs: dict) -> list:
-    """Check every metadata field against the tensors ``specs`` describes, filling the optional ones -> the float
-    tensors' names. Nothing is read: a refused file costs its header only."""
+def check_meta(where: str, meta, specs: dict) -> None:
+    """Check every metadata field against the tensors ``specs`` describes, filling the optional ones. Nothing is
+    read: a refused file costs its header only."""
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{where}: not a minitransformer checkpoint (format "
                          f"{meta.get('format') if isinstance(meta, dict) else meta!r:.60})")
@@ -148,13 +148,11 @@ def check_meta(where: str, meta, specs: dict) -> list:
         if needed > stored:
             raise ValueError(f"{where}: its config describes {needed:,} weights but the file holds {stored:,}: "
                              f"refused before building the model")
-    return [n for n in dict.fromkeys(used) if specs[n][0].startswith("F")]
 
 
-def check_finite(where: str, names: list, tensors: dict) -> None:
-    for name in names:
-        a = tensors[name]
-        if a.size and not (math.isfinite(a.min()) and math.isfinite(a.max())):    # min and max carry any NaN
+def check_finite(where: str, tensors: dict) -> None:
+    for name, a in tensors.items():
+        if a.dtype.kind == "f" and a.size and not (math.isfinite(a.min()) and math.isfinite(a.max())):    # min and max carry any NaN
             what = f"weight {name[6:]!r}" if name.startswith("param/") else f"optimiser tensor {name!r}"
             raise ValueError(f"{where}: {what} holds NaN or infinite values (the run had diverged, or the file "
                              f"was crafted)")

@@ -116,15 +116,13 @@ def check_saved_settings(saved, task: str | None, where: str, complete: bool) ->
         check_complete(saved, task, where)
     known = set(limits.INT_SETTINGS) | set(limits.FLOAT_SETTINGS) | set(_CHOICES) | set(_BOOLS) | {"data_dir"}
     checked = {name: value for name, value in saved.items() if name in known or name == "model"}
-    for name, value in checked.items():
-        if name == "model" and (not isinstance(value, dict) or not set(value) <= set(MODEL_FIELDS)):
-            raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, "
-                             f"got {value!r:.80}")
-        pairs = [(f"model.{k}", k, v) for k, v in value.items()] if name == "model" else \
-            [] if value is None and name in CAN_BE_NONE else [(name, name, value)]
-        for field, key, got in pairs:
-            if expected := _expected(key, got):
-                raise ValueError(f"{where}: settings.{field} must be {expected}, got {got!r:.60}")
+    model = checked.get("model", {})
+    if not isinstance(model, dict) or not set(model) <= set(MODEL_FIELDS):
+        raise ValueError(f"{where}: settings.model must be an object with keys among {MODEL_FIELDS}, got {model!r:.80}")
+    fields = [(n, n, v) for n, v in checked.items() if n != "model" and (v is not None or n not in CAN_BE_NONE)]
+    for field, key, got in fields + [(f"model.{k}", k, v) for k, v in model.items()]:
+        if expected := _expected(key, got):
+            raise ValueError(f"{where}: settings.{field} must be {expected}, got {got!r:.60}")
     return {**checked, "model": dict(checked["model"])} if "model" in checked else checked
 
 
