@@ -53,9 +53,7 @@ def read_npz(path) -> tuple:
                 if not info.filename.endswith(".npy") or dtype.newbyteorder("=") not in ck.CODES or \
                         len(shape) > MAX_NDIM or header + math.prod(shape) * dtype.itemsize != info.file_size:
                     raise _Refused(f"entry {info.filename!r:.60} is no array a checkpoint holds")
-            f.seek(0)
-            with numpy.load(f, allow_pickle=False) as npz:
-                arrays = {name: npz[name] for name in npz.files}
+            arrays = {i.filename[:-4]: numpy.lib.format.read_array(archive.open(i), allow_pickle=False) for i in infos}
         except _Refused as err:
             raise ValueError(f"checkpoint {path}: {err}") from None
         except Exception as err:  # noqa: BLE001 - zip, zlib, NumPy's header parser (tokenize): a damaged file
