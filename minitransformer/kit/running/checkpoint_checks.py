@@ -151,8 +151,8 @@ def check_meta(where: str, meta, specs: dict) -> None:
 
 
 def check_finite(where: str, tensors: dict) -> None:
-    for name, a in tensors.items():
-        if a.dtype.kind == "f" and a.size and not (math.isfinite(a.min()) and math.isfinite(a.max())):    # min and max carry any NaN
+    for name, a in tensors.items():                          # min and max carry any NaN
+        if a.dtype.kind == "f" and a.size and not (math.isfinite(a.min()) and math.isfinite(a.max())):
             what = f"weight {name[6:]!r}" if name.startswith("param/") else f"optimiser tensor {name!r}"
             raise ValueError(f"{where}: {what} holds NaN or infinite values (the run had diverged, or the file "
                              f"was crafted)")
