@@ -76,7 +76,7 @@ def collate(pairs, indices=None, pad_id: int = PAD) -> Batch:
 
 
 def _collate(pairs, indices=None, pad_id: int = PAD) -> Batch:
-    """``collate`` on pairs already checked, or made here (a BucketBatcher checks its pairs once, not every batch)."""
+    """``collate`` on pairs already checked (a BucketBatcher's, once, not every batch) or generated (a task's)."""
     B = len(pairs)
     S = max(len(src) for src, _ in pairs)
     T = max(len(tgt) for _, tgt in pairs) + 1                   # one more for <bos> / <eos>
