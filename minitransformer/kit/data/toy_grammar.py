@@ -103,8 +103,7 @@ def clause(rng: random.Random, pp_p: float) -> Clause:
        inverted:    finite subject middle end          "(heute) hat der hund die katze gesehen"
        subordinate: subject middle end finite          "(weil) der hund die katze gesehen hat"
     """
-    kind = _pick(rng, ["verb"] * 5 + ["copula"])
-    if kind == "copula":
+    if _pick(rng, ["verb"] * 5 + ["copula"]) == "copula":
         animate = rng.random() < 0.6
         en_subj, de_subj, number = noun_phrase(rng, ANIMATE if animate else ("thing",), "nom")
         adjective = _ADJ[_pick(rng, ANIMATE_PREDICATES if animate else THING_PREDICATES)]
