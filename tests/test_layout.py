@@ -224,3 +224,40 @@ def test_the_kit_uses_plain_imports():
     for path in KIT.rglob("*.py"):
         if "classroom" not in path.parts:
             assert "importlib" not in path.read_text(), f"{path.relative_to(ROOT)} imports through importlib"
+
+
+def test_train_walks_down_the_kit_without_climbing_back(tmp_path):
+    """From ``train``'s arguments to the first optimiser step (copy on both tiers, toy with its tokenisers), no call
+    stack passes a kit module, then another, then the first again: each floor calls the ones below, never back."""
+    from minitransformer.kit.cli import main
+
+    class FirstStep(BaseException):
+        pass
+
+    climbs = []
+
+    def watch(frame, event, arg):                            # called as each function starts
+        name = frame.f_globals.get("__name__", "")
+        if frame.f_code.co_name == "step" and name.endswith("optim"):
+            raise FirstStep
+        if not name.startswith("minitransformer.kit") or frame.f_back.f_globals.get("__name__") == name:
+            return                                           # a climb back enters a kit module from another
+        stack, f = [], frame                                 # the kit modules of the stack, a run of one counted once
+        while f is not None:
+            module = f.f_globals.get("__name__", "")
+            if module.startswith("minitransformer.kit") and stack[-1:] != [module]:
+                stack.append(module)
+            f = f.f_back
+        if len(set(stack)) < len(stack):
+            climbs.append(" > ".join(reversed(stack)) + f" [{frame.f_code.co_name}]")
+
+    before = sys.gettrace()                                  # a coverage tool's, if one runs
+    for task, *extra in (("copy", "--reference"), ("copy",), ("toy",)):
+        sys.settrace(watch)
+        try:
+            with pytest.raises(FirstStep):
+                main(["train", "--task", task, "--steps", "2", "--out", str(tmp_path / f"{task}{len(extra)}"),
+                      "--no-plots", "--no-progress", *extra])
+        finally:
+            sys.settrace(before)
+    assert climbs == [], "a call climbs back up the kit: " + climbs[0]

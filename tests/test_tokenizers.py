@@ -16,6 +16,7 @@ from minitransformer.kit.data.tokenizers import (
     load_tokenizer,
     readable_tokens,
     tokenizer_from_dict,
+    tokenizer_from_json,
 )
 from minitransformer.kit.data.vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, split_pieces
 
@@ -117,7 +118,7 @@ def test_bpe_lowercase():
     tok = BPETokenizer.learn(TEXTS, num_merges=100, lowercase=True)
     assert tok.encode("A Little GIRL.") == tok.encode("a little girl.")
     assert tok.decode(tok.encode("A Little GIRL.")) == "a little girl."
-    assert BPETokenizer.from_json(tok.to_json()).encode("WHITE") == tok.encode("white")
+    assert tokenizer_from_json(tok.to_json()).encode("WHITE") == tok.encode("white")
     assert all(t == t.lower() for t in tok.vocab.itos)
 
 
@@ -227,7 +228,7 @@ def test_toy_round_trip_with_word_tokenizer():
                                   lambda: BPETokenizer.learn(TEXTS, num_merges=60)])
 def test_json_round_trip(make, tmp_path):
     tok = make()
-    again = type(tok).from_json(tok.to_json())
+    again = tokenizer_from_json(tok.to_json())
     for text in TEXTS:
         assert again.encode(text) == tok.encode(text)
     assert again.vocab.itos == tok.vocab.itos
@@ -236,7 +237,6 @@ def test_json_round_trip(make, tmp_path):
     loaded = load_tokenizer(path)
     assert type(loaded) is type(tok) and loaded.encode(TEXTS[3]) == tok.encode(TEXTS[3])
     assert type(tokenizer_from_dict(tok.to_dict())) is type(tok)
-    assert type(type(tok).load(path)) is type(tok)
 
 
 def test_from_dict_rejects_wrong_data():

@@ -8,8 +8,6 @@ position"): tgt_in = <bos> ein hund (what the decoder reads), tgt_out = ein hund
 Arrays are int64 NumPy on the host (the model moves them); padding (id 0) only ends a row.
 """
 
-from __future__ import annotations
-
 import itertools
 import sys
 from dataclasses import dataclass
@@ -65,23 +63,20 @@ def _token_ids(ids, what: str) -> numpy.ndarray:
     return array.astype(numpy.int64)
 
 
-def _check_special_ids(where: str, *ids) -> list:
-    return [checks.int_in(where, name, i, 0, sys.maxsize) for name, i in zip(("pad_id", "bos_id", "eos_id"), ids)]
-
-
-def collate(pairs, indices=None, pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS) -> Batch:
+def collate(pairs, indices=None, pad_id: int = PAD) -> Batch:
     """Pad a list of (src_ids, tgt_ids) into a Batch: tgt_in = <bos> + tgt, tgt_out = tgt + <eos>.
-    indices: the pairs' positions in the dataset, one per pair (stored on the batch, default 0..B-1)."""
+    indices: the pairs' positions in the dataset, one per pair (stored on the batch, default 0..B-1).
+    pad_id: a model's own (``config.pad_id``) where its sources are padded for decoding."""
     pairs = _check_pairs(pairs, "collate")
-    pad_id, bos_id, eos_id = _check_special_ids("collate", pad_id, bos_id, eos_id)
+    pad_id = checks.int_in("collate", "pad_id", pad_id, 0, sys.maxsize)
     if indices is not None and numpy.shape(indices) != (len(pairs),):
         raise ValueError(f"collate: indices must have one entry per pair, shape ({len(pairs)},), "
                          f"got shape {numpy.shape(indices)}")
-    return _collate(pairs, indices, pad_id, bos_id, eos_id)
+    return _collate(pairs, indices, pad_id)
 
 
-def _collate(pairs, indices, pad_id: int, bos_id: int, eos_id: int) -> Batch:
-    """``collate`` on pairs already checked (a BucketBatcher checks its pairs once, not at every batch)."""
+def _collate(pairs, indices=None, pad_id: int = PAD) -> Batch:
+    """``collate`` on pairs already checked (a BucketBatcher's, once, not every batch) or generated (a task's)."""
     B = len(pairs)
     S = max(len(src) for src, _ in pairs)
     T = max(len(tgt) for _, tgt in pairs) + 1                   # one more for <bos> / <eos>
@@ -90,10 +85,8 @@ def _collate(pairs, indices, pad_id: int, bos_id: int, eos_id: int) -> Batch:
     tgt_out = numpy.full((B, T), pad_id, dtype=numpy.int64)      # (B,T)
     for row, (s, t) in enumerate(pairs):
         src[row, : len(s)] = s
-        tgt_in[row, 0] = bos_id
-        tgt_in[row, 1: len(t) + 1] = t
-        tgt_out[row, : len(t)] = t
-        tgt_out[row, len(t)] = eos_id
+        tgt_in[row, : len(t) + 1] = [BOS, *t]
+        tgt_out[row, : len(t) + 1] = [*t, EOS]
     indices = numpy.arange(B) if indices is None else indices
     return Batch(src, tgt_in, tgt_out, numpy.asarray(indices, dtype=numpy.int64),            # indices (B,)
                  sum(len(s) for s, _ in pairs), sum(len(t) + 1 for _, t in pairs))
@@ -128,7 +121,8 @@ def plan_batches(src_lengths, tgt_lengths, max_tokens: int, rng: numpy.random.Ge
 class ResumableBatches:
     """The stream protocol the Trainer reads: iterating serves the rest of the current epoch from ``position`` on,
     then moves to the next epoch. Batch k of epoch e is a fixed function of (seed, e, k), so ``state_dict()`` =
-    {seed, epoch, position} resumes exactly. Subclasses define ``__len__`` and ``batch_at(epoch, k)``."""
+    {seed, epoch, position} resumes exactly. Subclasses define ``__len__``, and ``pairs_at(epoch, k)`` (the
+    (src_ids, tgt_ids) pairs that ``batch_at`` pads, made and so trusted by the subclass) or ``batch_at`` itself."""
 
     seed: int
     epoch: int = 0
@@ -141,14 +135,15 @@ class ResumableBatches:
             yield self.batch_at(self.epoch, k)
         self.epoch, self.position = self.epoch + 1, 0
 
+    def batch_at(self, epoch: int, k: int) -> Batch:
+        return _collate(self.pairs_at(epoch, k))
+
     def state_dict(self) -> dict:
         return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("seed", "epoch", "position"):
-            if key not in state:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state is missing {key!r}, "
-                                 f"got keys {sorted(state)}")
+        if missing := [key for key in ("seed", "epoch", "position") if key not in state]:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: state is missing {missing}, got {sorted(state)}")
         self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
 
 
@@ -158,16 +153,12 @@ class BucketBatcher(ResumableBatches):
     serves one epoch. seed: an int, a NumPy Generator (one seed drawn from it), or None (from
     ``backend.host_rng()``, which ``mt.manual_seed`` sets). shuffle=False: sorted by length, every epoch alike."""
 
-    def __init__(self, pairs, max_tokens: int, seed=None, shuffle: bool = True,
-                 pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS):
+    def __init__(self, pairs, max_tokens: int, seed=None, shuffle: bool = True):
         self.pairs = _check_pairs(pairs, "BucketBatcher")       # checked once: every batch is made of these
-        if seed is None:
-            seed = backend.host_rng()
-        if isinstance(seed, numpy.random.Generator):
-            seed = int(seed.integers(0, 2**63 - 1))
+        if seed is None or isinstance(seed, numpy.random.Generator):
+            seed = int((backend.host_rng() if seed is None else seed).integers(0, 2**63 - 1))
         self.seed = checks.int_in("BucketBatcher", "seed", seed, 0, 2**63 - 1)
         self.max_tokens, self.shuffle = max_tokens, bool(shuffle)
-        self.pad_id, self.bos_id, self.eos_id = _check_special_ids("BucketBatcher", pad_id, bos_id, eos_id)
         self.src_lengths = numpy.array([len(s) for s, _ in self.pairs], dtype=numpy.int64)  # (N,)
         self.tgt_lengths = numpy.array([len(t) for _, t in self.pairs], dtype=numpy.int64)  # (N,)
         self._plan_epoch, self._plan = None, None
@@ -187,7 +178,7 @@ class BucketBatcher(ResumableBatches):
         return len(self.batches_for_epoch(self.epoch))
 
     def batch(self, indices) -> Batch:
-        return _collate([self.pairs[i] for i in indices], indices, self.pad_id, self.bos_id, self.eos_id)
+        return _collate([self.pairs[i] for i in indices], indices)
 
     def batch_at(self, epoch: int, k: int) -> Batch:
         return self.batch(self.batches_for_epoch(epoch)[k])
@@ -207,7 +198,7 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
         longest = len(encoded[order[-1]])
         out_len = longest + 50 if length_limit is None else length_limit(longest)
         batch_size = max(1, min(batch_size, largest_batch(model, longest, out_len, beam_size)))
-    out = [None] * len(encoded)
+    out = {}
     same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
     groups = [list(g) for _, g in itertools.groupby(order, same)]
     for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
@@ -215,9 +206,8 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
         max_len = None if length_limit is None else length_limit(src.shape[1])
         hyps = (decoding.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len=max_len) if beam_size > 1
                 else decoding.greedy_decode(model, src, max_len=max_len))
-        for i, h in zip(idx, hyps):
-            out[i] = h
-    return out
+        out.update(zip(idx, hyps))
+    return [out[i] for i in range(len(encoded))]
 
 
 def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:

@@ -5,8 +5,6 @@ letter by letter and silently cut the longer of two streams of unequal length.
     BLEU = BP * exp( (1/4) * sum_{n=1..4} log p_n )          (reported x 100)
 """
 
-from __future__ import annotations
-
 
 def _strings(name: str, values, none_ok: bool = False) -> list:
     """values as a list of str (None entries allowed if none_ok)."""

@@ -1,8 +1,6 @@
 """Parallel corpora as lists of (source, target) str pairs: the bundled toy corpus (``load_toy``) and Multi30k
 task 1 (``load_multi30k``, ``download_multi30k``)."""
 
-from __future__ import annotations
-
 import gzip
 import io
 import itertools
@@ -17,14 +15,12 @@ from minitransformer.kit.files import atomic_write, open_regular
 
 REPO_ROOT = Path(__file__).resolve().parents[3]       # minitransformer/kit/data/datasets.py -> the repository
 TOY_DIR = REPO_ROOT / "data" / "toy"
-TOY_SPLITS = toy_grammar.SPLITS
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
 MULTI30K_ALIASES = {"valid": "val", "test": "test_2016_flickr"}   # so "--split test" means the same for every task
 MULTI30K_LANGS = ("en", "de")
 MULTI30K_ENV = "MINITRANSFORMER_MULTI30K"
-MULTI30K_CACHE = Path("~/.cache/minitransformer/multi30k")
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -81,8 +77,8 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
              directory=None) -> list[tuple[str, str]]:
     """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs. directory: where
     {split}.en.txt / {split}.de.txt are (default data/toy); without them the same corpus is generated."""
-    if split not in TOY_SPLITS:
-        raise ValueError(f"load_toy: split must be one of {TOY_SPLITS}, got {split!r}")
+    if split not in toy_grammar.SPLITS:
+        raise ValueError(f"load_toy: split must be one of {toy_grammar.SPLITS}, got {split!r}")
     _check_langs(src_lang, tgt_lang, "load_toy")
     directory = TOY_DIR if directory is None else Path(directory)
     src_path, tgt_path = directory / f"{split}.{src_lang}.txt", directory / f"{split}.{tgt_lang}.txt"
@@ -95,7 +91,7 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
 def multi30k_dir() -> Path:
     """Where Multi30k is when no folder is given (``train --data-dir``, ``load_multi30k(directory)``):
     $MINITRANSFORMER_MULTI30K if set, else ~/.cache/minitransformer/multi30k, which ``download_multi30k`` fills."""
-    return Path(os.environ.get(MULTI30K_ENV) or MULTI30K_CACHE).expanduser()
+    return Path(os.environ.get(MULTI30K_ENV) or "~/.cache/minitransformer/multi30k").expanduser()
 
 
 def _multi30k_split(split: str, where: str) -> str:
@@ -146,16 +142,14 @@ def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LAN
     if bad := [lang for lang in langs if lang not in MULTI30K_LANGS]:
         raise ValueError(f"{where}: langs must be among {MULTI30K_LANGS}, got {bad[0]!r}")
     directory = (multi30k_dir() if directory is None else Path(directory)).expanduser()
-    opener = urllib.request.urlopen if opener is None else opener
-    base_url = base_url if base_url.endswith("/") else base_url + "/"
     directory.mkdir(parents=True, exist_ok=True)
     for split, lang in itertools.product(splits, langs):
         target = directory / f"{split}.{lang}.gz"
         if target.exists() and not overwrite:
             continue
-        url = base_url + target.name
+        url = base_url.removesuffix("/") + "/" + target.name
         try:
-            with opener(url) as response:
+            with (opener or urllib.request.urlopen)(url) as response:
                 data = response.read()
             gzip.decompress(data).decode("utf-8")                  # a truncated or HTML file fails here
         except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:

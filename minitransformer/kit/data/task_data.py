@@ -1,14 +1,12 @@
 """What a run of each task trains and is scored on (``task_data``, as ``minitransformer train`` and the studies
 build it), and a translation model's scoring: its sources encoded, decoded in batches, the BLEU of the result."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 from minitransformer.model import TransformerConfig
 
 from . import datasets
-from .batching import BucketBatcher, collate, translate_ids
+from .batching import BucketBatcher, translate_ids
 from .bleu import corpus_bleu
 from .tasks import TASKS as SEQUENCE_TASKS
 from .tasks import SequenceTask, TaskBatches, exact_match, heldout_batches
@@ -65,13 +63,10 @@ def _sequence_data(settings: dict) -> TaskData:
 def _translation_data(settings: dict, tokenizers) -> TaskData:
     """toy, multi30k: token-budgeted batches of similar length, BLEU on the first valid sentences."""
     task = settings["task"]
-    train_text = load_pairs(task, "train", settings["data_dir"])
-    valid_text = load_pairs(task, "valid", settings["data_dir"])
-    if tokenizers and tokenizers[0] is not None:
-        src_tok, tgt_tok = tokenizers
-    else:
-        print(f"building vocabularies from {len(train_text)} training pairs ...")
-        src_tok, tgt_tok = _build_tokenizers(task, settings, train_text)
+    train_text, valid_text = (load_pairs(task, split, settings["data_dir"]) for split in ("train", "valid"))
+    if not (tokenizers and tokenizers[0] is not None):
+        tokenizers = _build_tokenizers(task, settings, train_text)
+    src_tok, tgt_tok = tokenizers
     config = _make_config(settings, src_tok.vocab_size, tgt_tok.vocab_size, max_len=TRANSLATION_MAX_LEN,
                           share_embeddings=src_tok is tgt_tok or task == "multi30k")
     train_ids, valid_ids = (_encode_pairs(text, src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
@@ -96,6 +91,7 @@ def _build_tokenizers(task: str, settings: dict, train_pairs: list):
     """toy: a word vocabulary per language; multi30k: one BPE shared by both sides, as in the paper. Both
     lowercase: the toy corpus is written in lowercase, and Multi30k is scored lowercased; a sentence given to
     `translate` is then read the same way ("The" as "the")."""
+    print(f"building vocabularies from {len(train_pairs)} training pairs ...")
     if task == "toy":
         return (WordTokenizer.build([s for s, _ in train_pairs], lowercase=True),
                 WordTokenizer.build([t for _, t in train_pairs], lowercase=True))

@@ -13,8 +13,6 @@ exact match on them measures generalisation.
      ([9, 10, 13, 11, 10, 9, 9], [9, 9, 10, 11, 13, 10, 9])]
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import numpy
@@ -50,20 +48,20 @@ class SequenceTask:
         """Specials plus symbols: the size of both the source and the target vocabulary."""
         return FIRST_SYMBOL + self.num_symbols
 
-    def target(self, src: list) -> list:
-        """The output the model must produce for ``src`` (ids, without <bos>/<eos>)."""
-        return list(src) if self.name == "copy" else list(src)[::-1]
-
     def sample(self, rng: numpy.random.Generator, n: int) -> list:
         """``n`` random (src, tgt) pairs of id lists."""
         lengths = rng.integers(self.min_len, self.max_len + 1, size=n)                 # (n,)
         symbols = rng.integers(FIRST_SYMBOL, self.vocab_size, size=(n, self.max_len))  # (n, max_len)
-        return [(src, self.target(src)) for src in (row[:k].tolist() for k, row in zip(lengths, symbols))]
+        sources = [row[:k].tolist() for k, row in zip(lengths, symbols)]
+        return [(src, list(src) if self.name == "copy" else src[::-1]) for src in sources]
 
     def batch(self, seed: int, epoch: int, index: int, batch_size: int) -> Batch:
         """Batch ``index`` of ``epoch``: a deterministic function of (seed, epoch, index)."""
-        rng = numpy.random.default_rng([int(seed), int(epoch), int(index)])
-        return collate(self.sample(rng, batch_size))
+        return collate(self.batch_pairs(seed, epoch, index, batch_size))
+
+    def batch_pairs(self, seed: int, epoch: int, index: int, batch_size: int) -> list:
+        """The (src, tgt) pairs of that batch."""
+        return self.sample(numpy.random.default_rng([int(seed), int(epoch), int(index)]), batch_size)
 
     def heldout(self, n: int = 1000) -> list:
         """The held-out set: ``n`` (src, tgt) pairs, the same for every training seed."""
@@ -88,8 +86,8 @@ class TaskBatches(ResumableBatches):
     def __len__(self) -> int:
         return self.batches_per_epoch
 
-    def batch_at(self, epoch: int, k: int) -> Batch:
-        return self.task.batch(self.seed, epoch, k, self.batch_size)
+    def pairs_at(self, epoch: int, k: int) -> list:
+        return self.task.batch_pairs(self.seed, epoch, k, self.batch_size)
 
 
 def heldout_batches(pairs: list, batch_size: int = 250) -> list:

@@ -1,10 +1,8 @@
 """Tokenisers: text <-> token ids. ``WordTokenizer``: one id per word or punctuation mark (the toy corpus).
 ``BPETokenizer``: byte-pair encoding (Sennrich et al. 2016), the paper's subwords, one vocabulary for both sides.
-Both cut text alike (``split_pieces``). The special ids every model here relies on: <pad> 0 (the loss and the
-masks ignore it), <bos> 1 (starts the decoder input), <eos> 2 (ends the target), <unk> 3; they, ``Vocab`` and
-``split_pieces`` live in ``vocab`` and are reached from here too. Vocabularies travel with checkpoints as JSON."""
-
-from __future__ import annotations
+Both cut text alike (``vocab.split_pieces``) and share the special ids of ``vocab``: <pad> 0 (the loss and the masks
+ignore it), <bos> 1 (starts the decoder input), <eos> 2 (ends the target), <unk> 3. They travel with checkpoints as
+JSON."""
 
 import heapq
 import itertools
@@ -16,18 +14,9 @@ from pathlib import Path
 import numpy
 
 from minitransformer import checks
-from minitransformer.kit.data.vocab import (
-    BOS,
-    END_OF_WORD,
-    EOS,
-    PAD,
-    SPECIAL_TOKENS,
-    UNK,
-    UNK_END_OF_WORD,
-    Vocab,
-    split_pieces,
-)
 from minitransformer.kit import files, limits
+from minitransformer.kit.data.vocab import (BOS, END_OF_WORD, EOS, PAD, SPECIAL_TOKENS, UNK, UNK_END_OF_WORD, Vocab,
+                                            split_pieces)
 
 MAX_LEARN_CHARS = 32     # longer pieces are learned from in parts (``_learning_chunks``) and not cached
 
@@ -120,18 +109,10 @@ class _Tokenizer:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
-    @classmethod
-    def from_json(cls, text: str):
-        return cls.from_dict(_parse(text, f"{cls.__name__}.from_json: text"))
-
     def save(self, path) -> Path:
         """Write the vocabulary (and merges) as UTF-8 JSON."""
         (path := Path(path)).write_text(self.to_json(), encoding="utf-8")
         return path
-
-    @classmethod
-    def load(cls, path):
-        return cls.from_dict(_read_json(path, f"{cls.__name__}.load"))
 
 
 class WordTokenizer(_Tokenizer):
@@ -141,7 +122,7 @@ class WordTokenizer(_Tokenizer):
     kind = "word"
 
     @classmethod
-    def build(cls, texts, min_freq: int = 1, max_size: int | None = None, lowercase: bool = False) -> WordTokenizer:
+    def build(cls, texts, min_freq: int = 1, max_size: int | None = None, lowercase: bool = False) -> "WordTokenizer":
         """Learn a vocabulary from texts (list of str): words seen >= min_freq times, at most max_size ids."""
         texts = _check_texts(texts, "WordTokenizer.build")
         tokenizer = cls(lowercase=lowercase)
@@ -178,7 +159,7 @@ class BPETokenizer(_Tokenizer):
 
     @classmethod
     def learn(cls, texts, vocab_size: int | None = None, num_merges: int | None = None,
-              min_frequency: int = 2, lowercase: bool = False) -> BPETokenizer:
+              min_frequency: int = 2, lowercase: bool = False) -> "BPETokenizer":
         """Learn merges from texts (list of str; source and target together for a shared vocabulary). Give exactly
         one of vocab_size (specials included) or num_merges; stops early when no pair occurs min_frequency times."""
         texts = _check_texts(texts, "BPETokenizer.learn")
@@ -360,13 +341,6 @@ def _parse(text, where: str):
     return files.parse_json(check_size(text, where), where)
 
 
-def _read_json(path, where: str):
-    """A saved tokeniser's JSON: from a regular file only (a FIFO is refused, not waited on), read no further
-    than one byte past the size a tokeniser may have."""
-    with files.open_regular(path, "tokenizer file") as f:
-        return _parse(f.read(limits.MAX_TOKENIZER_BYTES + 1), f"{where}: tokenizer file {path}")
-
-
 def tokenizer_from_dict(data: dict):
     """A WordTokenizer or BPETokenizer from what its ``to_dict`` returned (checkpoints store that)."""
     kinds = {"word": WordTokenizer, "bpe": BPETokenizer}
@@ -381,5 +355,8 @@ def tokenizer_from_json(text: str):
 
 
 def load_tokenizer(path):
-    """Read a tokeniser saved with ``save(path)``, whichever kind it is."""
-    return tokenizer_from_dict(_read_json(path, "load_tokenizer"))
+    """Read a tokeniser saved with ``save(path)``, whichever kind it is: from a regular file only (a FIFO is
+    refused, not waited on), read no further than one byte past the size a tokeniser may have."""
+    with files.open_regular(path, "tokenizer file") as f:
+        text = f.read(limits.MAX_TOKENIZER_BYTES + 1)
+    return tokenizer_from_dict(_parse(text, f"load_tokenizer: tokenizer file {path}"))

@@ -17,8 +17,6 @@ the same corpus everywhere. Distinct pairs are drawn and split in order (train, 
 either language is in two splits.
 """
 
-from __future__ import annotations
-
 import itertools
 import json
 import random
@@ -62,20 +60,15 @@ def _pick(rng: random.Random, items):
     return items[int(rng.random() * len(items))]
 
 
-def _chance(rng: random.Random, p: float) -> bool:
-    return rng.random() < p
-
-
 def noun_phrase(rng: random.Random, kinds, case: str, adjective_p: float = 0.35):
     """A noun phrase in both languages.   -> (English tokens, German tokens, "sg" | "pl")"""
     noun = _pick(rng, [n for n in NOUNS if n.kind in kinds])
-    number = "pl" if _chance(rng, 0.3) else "sg"
-    det = ("def" if _chance(rng, 0.6) else "none") if number == "pl" else ("def" if _chance(rng, 0.65) else "indef")
+    number = "pl" if rng.random() < 0.3 else "sg"
+    det = ("def" if rng.random() < 0.6 else "none") if number == "pl" else ("def" if rng.random() < 0.65 else "indef")
     adjective = _ADJ[_pick(rng, THING_PREDICATES if noun.kind in ("thing", "place") else ANIMATE_PREDICATES)] \
-        if _chance(rng, adjective_p) else None
+        if rng.random() < adjective_p else None
 
-    en_noun = noun.en_pl if number == "pl" else noun.en
-    en = ([adjective.en] if adjective else []) + [en_noun]
+    en = ([adjective.en] if adjective else []) + [noun.en_pl if number == "pl" else noun.en]
     if det == "def":
         en = ["the"] + en
     elif det == "indef":
@@ -110,9 +103,8 @@ def clause(rng: random.Random, pp_p: float) -> Clause:
        inverted:    finite subject middle end          "(heute) hat der hund die katze gesehen"
        subordinate: subject middle end finite          "(weil) der hund die katze gesehen hat"
     """
-    kind = _pick(rng, ["verb"] * 5 + ["copula"])
-    if kind == "copula":
-        animate = _chance(rng, 0.6)
+    if _pick(rng, ["verb"] * 5 + ["copula"]) == "copula":
+        animate = rng.random() < 0.6
         en_subj, de_subj, number = noun_phrase(rng, ANIMATE if animate else ("thing",), "nom")
         adjective = _ADJ[_pick(rng, ANIMATE_PREDICATES if animate else THING_PREDICATES)]
         en = en_subj + ["is" if number == "sg" else "are", adjective.en]
@@ -125,15 +117,14 @@ def clause(rng: random.Random, pp_p: float) -> Clause:
         objects.append(noun_phrase(rng, ANIMATE if verb.frame == "dat_acc" else verb.obj, "dat")[:2])
     if verb.frame in ("acc", "dat_acc"):
         objects.append(noun_phrase(rng, verb.obj, "acc")[:2])
-    if _chance(rng, pp_p):
+    if rng.random() < pp_p:
         objects.append(prepositional_phrase(rng))
     en_obj, de_obj = [w for e, _ in objects for w in e], [w for _, d in objects for w in d]
 
     singular = number == "sg"
-    if _chance(rng, 0.3):                                 # perfect: has seen / hat ... gesehen
-        aux = AUX[verb.aux][0 if singular else 1]
+    if rng.random() < 0.3:                                # perfect: has seen / hat ... gesehen
         en = en_subj + ["has" if singular else "have", verb.en_part] + en_obj
-        return Clause(en, de_subj, [aux], de_obj, [verb.de_part], "perfect")
+        return Clause(en, de_subj, [AUX[verb.aux][0 if singular else 1]], de_obj, [verb.de_part], "perfect")
     en = en_subj + [verb.en if singular else verb.en_pl] + en_obj
     return Clause(en, de_subj, [verb.de if singular else verb.de_pl], de_obj, [], "present")
 

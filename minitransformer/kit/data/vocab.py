@@ -1,8 +1,6 @@
 """The vocabulary side of the tokenisers: the special ids every model here relies on, ``Vocab`` (tokens <-> ids),
 and how a text is cut into pieces."""
 
-from __future__ import annotations
-
 import re
 import sys
 
@@ -34,7 +32,7 @@ class Vocab:
             self.add(token)
 
     @classmethod
-    def build(cls, counts, min_freq: int = 1, max_size: int | None = None) -> Vocab:
+    def build(cls, counts, min_freq: int = 1, max_size: int | None = None) -> "Vocab":
         """The tokens of ``counts`` (token -> count) seen at least min_freq times, most frequent first (ties:
         alphabetical), at most max_size ids, specials included."""
         checks.positive_int("Vocab.build", "min_freq", min_freq)
