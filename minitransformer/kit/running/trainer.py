@@ -128,7 +128,7 @@ class Trainer:
                     self.optimizer.step()                             # the update
                     self._record(loss, tokens, clock, bar)            # step count, history, progress bar
                     if self.eval_every is not None and self.step % self.eval_every == 0:
-                        self._evaluate_and_report(bar.write)          # stop_reason "target" once it is reached
+                        self.evaluate(bar.write)          # stop_reason "target" once it is reached
                     if self.save_every is not None and self.step % self.save_every == 0:
                         self.save()
                     self.stop_reason = self.stop_reason or self._done()
@@ -141,7 +141,7 @@ class Trainer:
             bar.close()
         if self.stop_reason != "target" and (self.metric_fn is not None or self.valid_data) and \
                 (not self.valid_history or self.valid_history[-1][0] != self.step):
-            self._evaluate_and_report(print)
+            self.evaluate()
         if self.checkpoints is not None and self.last_saved_step != self.step:
             self.save()
         return self.summary()
@@ -194,8 +194,9 @@ class Trainer:
             self.model.train()                 # also when a batch is refused: training goes on in training mode
         return total / count if count else math.nan
 
-    def evaluate(self) -> tuple:
-        """(validation loss, metric) now; recorded in valid_history. Leaves the model in training mode."""
+    def evaluate(self, write=print) -> tuple:
+        """(validation loss, metric) now: recorded in valid_history, written as one line, and stop_reason "target"
+        once the metric reaches it. Leaves the model in training mode."""
         valid_loss, metric = self.validation_loss(), math.nan
         if self.metric_fn is not None:
             self.model.eval()
@@ -205,11 +206,8 @@ class Trainer:
                 self.model.train()
             if isinstance(metric, bool) or not isinstance(metric, numbers.Real):
                 raise TypeError(f"Trainer: metric_fn must return a number, got {type(metric).__name__} ({metric!r})")
-        _append_bounded(self.valid_history, (self.step, valid_loss, float(metric)), self.eval_every or 1)
-        return valid_loss, float(metric)
-
-    def _evaluate_and_report(self, write) -> None:
-        valid_loss, metric = self.evaluate()
+        metric = float(metric)
+        _append_bounded(self.valid_history, (self.step, valid_loss, metric), self.eval_every or 1)
         parts = [f"step {self.step}"]
         if math.isfinite(valid_loss):
             smoothing = getattr(self.loss_fn, "label_smoothing", 0.0)    # the loss the run minimises, said so
@@ -220,6 +218,7 @@ class Trainer:
         write("  ".join(parts))                                  # with or without the progress bar
         if self.target is not None and math.isfinite(metric) and metric >= self.target:
             self.stop_reason = "target"
+        return valid_loss, metric
 
     def stop_description(self) -> str:
         """Why the run stopped, in words ("step limit reached (3000 steps)", ...)."""
@@ -241,16 +240,6 @@ class Trainer:
                 "tokens_per_second": self.tokens_seen / self.train_seconds if self.train_seconds > 0 else 0.0,
                 "stop_reason": self.stop_reason}
 
-    def state(self) -> dict:
-        """The keyword arguments of ``save_checkpoint`` for the run as it is now."""
-        data = self.train_data.state_dict()
-        trainer = {"data": data, **{k: getattr(self, k) for k in checks.COUNTERS},
-                   **{k: [list(row) for row in getattr(self, k)] for k in ("history", "valid_history")}}
-        return {"weights": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-                "epoch": data.get("epoch", 0), "batch": data.get("position", 0), "rng": backend.get_rng_state(),
-                "config": self.config, "tokenizers": self.tokenizers, "extra": {**self.extra, "trainer": trainer}}
-
     def _claim_checkpoint_dir(self) -> None:
         """Refuse to save into a folder holding another run's checkpoints (the two would mix; resume it first)."""
         if self.checkpoints is None or self._checkpoint_dir_is_ours:
@@ -265,11 +254,19 @@ class Trainer:
         self._checkpoint_dir_is_ours = True
 
     def save(self) -> str:
-        """Write this step's checkpoint and the latest copy in checkpoint_dir, atomically. Returns the copy's path."""
+        """Write this step's checkpoint (every input of a later step) and the latest copy in checkpoint_dir,
+        atomically. Returns the copy's path."""
         if self.checkpoints is None:
             raise ValueError("Trainer.save: no checkpoint_dir was given")
         self._claim_checkpoint_dir()
-        path = self.checkpoints.save(self.step, **self.state())
+        data = self.train_data.state_dict()
+        trainer = {"data": data, **{k: getattr(self, k) for k in checks.COUNTERS},
+                   **{k: [list(row) for row in getattr(self, k)] for k in ("history", "valid_history")}}
+        path = self.checkpoints.save(
+            self.step, weights=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+            scheduler=None if self.scheduler is None else self.scheduler.state_dict(), epoch=data.get("epoch", 0),
+            batch=data.get("position", 0), rng=backend.get_rng_state(), config=self.config,
+            tokenizers=self.tokenizers, extra={**self.extra, "trainer": trainer})
         self.last_saved_step = self.step
         return path
 
