@@ -73,8 +73,8 @@ def model_from_checkpoint(ck, weights=None):
 
 def load_run(path, average: int | None = None):
     """(checkpoint, model, src tokenizer, tgt tokenizer, the checkpoint files used) of a run folder or file, the
-    BLAS threads set for its model. With ``average``: the weights are the mean of that many step checkpoints of the folder, those ending at the
-    named file's step when it is a step file, else the newest."""
+    BLAS threads set for its model. With ``average``: the weights are the mean of that many step checkpoints of the
+    folder, those ending at the named file's step when it is a step file, else the newest."""
     file = ckpt.resolve_checkpoint(path)
     ck = ckpt.load_checkpoint(file)
     used, weights = [file], None

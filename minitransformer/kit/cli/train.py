@@ -46,7 +46,7 @@ def cmd_train(args) -> int:
     # Only now that config, data and model are built (a mistake in any leaves the old run whole): continue the
     # saved run, or, with --overwrite, delete what an earlier run and `evaluate` wrote in --out (those names only).
     if resume_from is not None:
-        trainer.resume(resume_from.path)
+        trainer.resume(resume_from)                        # read once, in plan_run
         print(f"resumed {out} at step {trainer.step} (epoch {trainer.train_data.epoch}, "
               f"batch {trainer.train_data.position})")
     elif overwrite:

@@ -1,8 +1,6 @@
 """A run of a task as ``minitransformer train`` makes it, for the command line and scripts alike: each tier's
 classes, the BLAS threads, the Trainer of a run's settings, the final score and the figures."""
 
-from __future__ import annotations
-
 import math
 import os
 import sys
@@ -24,8 +22,7 @@ from .trainer import Trainer
 
 
 def tier(reference: bool) -> tuple:
-    """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else of the fast tier (drop-in
-    subclasses)."""
+    """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else the fast tier's drop-in subclasses."""
     if reference:
         return Transformer, CrossEntropyLoss, Adam
     return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
@@ -83,7 +80,7 @@ def final_score(settings: dict, data, model, out) -> tuple:
     """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the model, or with average N > 1 of the mean of
     its last N step checkpoints' weights (paper §6.1), loaded into it. -> (scores for metrics.json, the attention
     plot's example: source ids, their labels, the function that labels target ids)"""
-    n = settings.get("average", 1)
+    n = settings["average"]
     averaged = ckpt.last_checkpoints(out, n) if n > 1 else []
     if n > 1 and len(averaged) < n:
         print(f"average {n}: only {len(averaged)} step checkpoint(s) in {out}; "

@@ -6,8 +6,6 @@ the CPU, as the run never stopped: the checkpoint holds every input of a later s
 counts, the data position, the random generators); evaluation draws no random numbers and time limits decide only
 where a run stops. A non-finite loss or gradient stops the run before the update, and nothing is saved after it."""
 
-from __future__ import annotations
-
 import math
 import numbers
 import os
@@ -105,9 +103,8 @@ class Trainer:
                     src, tgt_in, tgt_out, tokens = unpack_batch(batch, self.pad_id)
                     clock = time.perf_counter(), time.process_time()
                     self.optimizer.zero_grad()                        # backward adds (+=): start from zero
-                    if self.parallel is None:
-                        logits = self.model(src, tgt_in)              # forward (B,T,V)
-                        loss = self.loss_fn(logits, tgt_out)          # mean over the non-pad target tokens
+                    if self.parallel is None:                         # forward, mean over non-pad target tokens
+                        loss = self.loss_fn(self.model(src, tgt_in), tgt_out)
                     else:                                             # the same loss, the batch split in threads
                         loss = self.parallel.forward(src, tgt_in, tgt_out)
                     if not math.isfinite(loss):
@@ -128,7 +125,7 @@ class Trainer:
                     self.optimizer.step()                             # the update
                     self._record(loss, tokens, clock, bar)            # step count, history, progress bar
                     if self.eval_every is not None and self.step % self.eval_every == 0:
-                        self.evaluate(bar.write)          # stop_reason "target" once it is reached
+                        self.evaluate(bar.write)                      # stop_reason "target" once it is reached
                     if self.save_every is not None and self.step % self.save_every == 0:
                         self.save()
                     self.stop_reason = self.stop_reason or self._done()
@@ -271,9 +268,10 @@ class Trainer:
         return path
 
     def resume(self, path) -> None:
-        """Restore the whole run from a checkpoint (a file, or a run folder's latest) to continue exactly; a refused
-        file (ValueError naming the file and the field) changes nothing."""
-        ck = checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(path))
+        """Restore the whole run from a checkpoint (a loaded ``Checkpoint``, a file, or a run folder's latest) to
+        continue exactly; a refused file (ValueError naming the file and the field) changes nothing."""
+        ck = path if isinstance(path, checkpoint.Checkpoint) else checkpoint.load_checkpoint(
+            checkpoint.resolve_checkpoint(path))
         state = checks.check_resumable(self, ck)
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
