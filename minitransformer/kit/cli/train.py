@@ -12,13 +12,8 @@ from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.running import runs
 from minitransformer.kit.files import check_writable, write_json
-from minitransformer.kit.running.settings import (
-    MODEL_OPTIONS,
-    OPTIONAL_SAVED,
-    check_complete,
-    check_saved_settings,
-    task_settings,
-)
+from minitransformer.kit.running.settings import (MODEL_OPTIONS, OPTIONAL_SAVED, check_complete,
+                                                  check_saved_settings, task_settings)
 from minitransformer.kit.running.checkpoint_checks import full_config
 
 from .common import CLIError, tokenizers_from_checkpoint
