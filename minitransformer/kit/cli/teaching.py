@@ -91,7 +91,7 @@ def grade(args) -> int:
     path, options = Path(args.dir), {"seed": args.seed, "diagnoses": args.diagnoses, "time_limit": args.timeout}
     if args.assignment is None and (path / "assignment.json").is_file():         # a whole assignment, in place
         results = grader.grade(path, None, workers=args.workers, **options)
-    elif one_submission(path):
+    elif path.is_file() or path.name == PACKAGE or (path / PACKAGE).is_dir() or any(path.glob("*.py")):  # a submission
         with tempfile.TemporaryDirectory(prefix="minitransformer-assignment-") as tmp:
             assignment = args.assignment or inferred(path, Path(tmp) / "hw")
             results = batch.grade_one(path, assignment, workers=args.workers, **options)
@@ -128,12 +128,6 @@ def grade_class(args, path: Path, options: dict) -> int:
     if args.feedback:
         batch.write_feedback(args.feedback, graded)
     return 0
-
-
-def one_submission(path) -> bool:
-    """Whether `path` is one student's submission (a zip, a transformer/ folder, a folder holding one or loose .py
-    files) rather than a folder of them."""
-    return path.is_file() or path.name == PACKAGE or (path / PACKAGE).is_dir() or any(path.glob("*.py"))
 
 
 def inferred(source, directory) -> Path:

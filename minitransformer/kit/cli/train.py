@@ -23,8 +23,7 @@ RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_eve
                        "target", "progress", "plots", "heldout", "beam_size", "on_nonfinite", "limit")
 # Switches that only turn something off for this command: a resumed run takes them from this command line.
 THIS_COMMAND_ONLY = ("progress", "plots")
-# What train writes besides checkpoints, and what evaluate writes there: --overwrite removes exactly these.
-PLOT_FILES = ("loss.png", "attention.png", "explain.html")
+# What evaluate writes into a run folder: --overwrite removes these, the checkpoints, runs.PLOT_FILES, metrics.json.
 EVAL_FILES = tuple(f"eval-{split}.json" for split in ("train", "valid", "test", "heldout"))
 
 
@@ -46,7 +45,7 @@ def cmd_train(args) -> int:
               f"batch {trainer.train_data.position})")
     elif overwrite:
         names = [os.path.basename(p) for p in ckpt.checkpoint_files(out)]
-        names += [n for n in ("metrics.json", *PLOT_FILES, *EVAL_FILES) if os.path.lexists(os.path.join(out, n))]
+        names += [n for n in ("metrics.json", *runs.PLOT_FILES, *EVAL_FILES) if os.path.lexists(os.path.join(out, n))]
         for name in names:
             os.remove(os.path.join(out, name))
         if names:
@@ -105,7 +104,7 @@ def plan_run(args) -> tuple:
     if settings["average"] > settings["keep"]:
         raise CLIError(f"--average {settings['average']} needs that many step checkpoints kept: --keep must "
                        f"be at least {settings['average']}, got {settings['keep']}")
-    plots = PLOT_FILES if settings["plots"] else ()
+    plots = runs.PLOT_FILES if settings["plots"] else ()
     if resume_from is not None:                            # before any work: a trap refuses the run, not its end
         for name in ["metrics.json", *plots, ckpt.LATEST, *map(os.path.basename, ckpt.list_checkpoints(out))]:
             check_writable(os.path.join(out, name), name)

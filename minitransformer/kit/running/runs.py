@@ -125,6 +125,9 @@ def _finite(rows):
     return tuple(numpy.array(rows, float).T) if rows else None              # (steps (n,), values (n,))
 
 
+PLOT_FILES = ("loss.png", "attention.png", "explain.html")          # what write_plots writes into a run folder
+
+
 def write_plots(trainer, data, example: tuple, out: str, task: str) -> list:
     """loss.png (the losses, log scale if all > 0, and the validation metric), attention.png (the cross-attention of
     every head and decoder layer, the last only past 4, on one held-out example and the model's output, row t
@@ -132,7 +135,8 @@ def write_plots(trainer, data, example: tuple, out: str, task: str) -> list:
     -> (path, what it holds) of each file written."""
     from minitransformer.kit.running import viz                # matplotlib, loaded only by what draws
 
-    written, model, path = [], trainer.model, os.path.join(out, "loss.png")
+    written, model = [], trainer.model
+    loss_png, attention_png, page = (os.path.join(out, name) for name in PLOT_FILES)
     if trainer.history:
         scale = 100.0 if data.metric_percent else 1.0
         steps, losses = (numpy.array([h[i] for h in trainer.history], dtype=float) for i in (0, 1))   # (n,) each
@@ -140,12 +144,12 @@ def write_plots(trainer, data, example: tuple, out: str, task: str) -> list:
         metric = _finite([(s, m * scale) for s, _, m in trainer.valid_history])
         positive = bool((losses > 0).all()) and (valid is None or bool((valid[1] > 0).all()))
         save_figure(viz.loss_curves((steps, losses), valid, title="Training loss", logy=positive, metric=metric,
-                                    metric_name=data.metric_name + (" (%)" if scale == 100.0 else "")), path)
-        written.append((path, f"training and validation loss, {data.metric_name}"))
+                                    metric_name=data.metric_name + (" (%)" if scale == 100.0 else "")), loss_png)
+        written.append((loss_png, f"training and validation loss, {data.metric_name}"))
     else:                                                      # e.g. a time limit reached before the first step
         print("no training steps: loss.png not written")
     src_ids, src_labels, tgt_labels_fn = example
-    c, path = model.config, os.path.join(out, "attention.png")
+    c = model.config
     model.eval()
     src = numpy.asarray([src_ids], dtype=numpy.int64)                        # (1,S)
     hyp = decoding.greedy_decode(model, src)[0]
@@ -154,9 +158,9 @@ def write_plots(trainer, data, example: tuple, out: str, task: str) -> list:
     save_figure(viz.attention_grid(cross if len(cross) <= 4 else cross[-1], x_labels=src_labels,
                                    y_labels=tgt_labels_fn(hyp + [c.eos_id]), x_name="key: source token",
                                    title=f"Cross-attention ({task}, a held-out example)",
-                                   y_name="query: the token produced at this step"), path)
-    written.append((path, "cross-attention of every head on a held-out example"))
+                                   y_name="query: the token produced at this step"), attention_png)
+    written.append((attention_png, "cross-attention of every head on a held-out example"))
     tokenizers = None if data.src_tok is None else (data.src_tok, data.tgt_tok)
-    viz.explain(model, src_ids, tokenizers=tokenizers).save(os.path.join(out, "explain.html"))
-    written.append((os.path.join(out, "explain.html"), "the same example inside the model: open it in a browser"))
+    viz.explain(model, src_ids, tokenizers=tokenizers).save(page)
+    written.append((page, "the same example inside the model: open it in a browser"))
     return written
