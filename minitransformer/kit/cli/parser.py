@@ -1,6 +1,5 @@
 """The options of every command (classroom's and convert's sit beside their commands), each number parsed into its range
-in ``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2.
-``COMMANDS`` registers each command: its options, and ``set_defaults(run=...)`` for what runs it."""
+in ``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2."""
 
 import argparse
 

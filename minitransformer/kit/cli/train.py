@@ -1,7 +1,5 @@
 """``minitransformer train`` as a straight line: the settings resolved once (``plan_run``, the one reader of the
-command line), then data, model, trainer, fit, score, files. A resumed run keeps the settings it was started with,
-except RESUMABLE_OVERRIDES typed on this command line, which only change when the run stops and what it reports.
-A fresh run never writes over a file already in --out."""
+command line), then data, model, trainer, fit, score, files."""
 
 import os
 import sys

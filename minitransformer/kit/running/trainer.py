@@ -1,5 +1,4 @@
-"""The training loop: zero the gradients, forward, loss, backward, clip, the schedule's rate, the update; every so
-many steps evaluate and save; stop at the first limit reached.
+"""The training loop (``Trainer.fit``), with evaluation, early stopping and checkpoints.
 
 Exact resume: a run killed at any moment and resumed from its last checkpoint computes the same steps, to the bit on
 the CPU, as the run never stopped: the checkpoint holds every input of a later step (weights, optimiser moments,
