@@ -13,12 +13,10 @@ from .linear import xavier_uniform
 class AdditiveAttention(Module):
     """score(q_i, k_j) = v_a^T tanh(q_i W_q + k_j W_k), then softmax over j and a weighted sum of the values.
                 Shapes: q (B,H,Tq,Dk), k (B,H,Tk,Dk), v (B,H,Tk,Dv), mask broadcastable to (B,H,Tq,Tk) -> (B,H,Tq,Dv)
-
     The same inputs, mask and ``.attn`` as ScaledDotProductAttention: a query row whose keys are all masked
     gets zero weights. A small feed-forward network with one hidden layer of d_hidden units scores each
     (query, key) pair, so the cost is Tq*Tk*d_hidden per head instead of Tq*Tk*Dk for one dot product.
-    Cache: q, k, v, the hidden tanh activations h (B,H,Tq,Tk,Dh), the weights, which rows have a key.
-    """
+    Cache: q, k, v, the hidden tanh activations h (B,H,Tq,Tk,Dh), the weights, which rows have a key."""
 
     def __init__(self, d_k: int, d_hidden: int):
         super().__init__()

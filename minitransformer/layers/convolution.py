@@ -9,13 +9,10 @@ from ..module import Module, Parameter
 
 
 class Conv1d(Module):
-    """out_t = b + sum_{j=0}^{k-1} x_{t+j-k//2} W_j, "same" padding (zeros outside the sequence).
-                                                                              Shapes: (B,T,D) -> (B,T,D)
-    Each output sees k neighbouring positions, so a path between positions n apart needs about n/(k-1)*2
-    stacked layers (Table 1's O(n/k) for contiguous kernels). kernel_size must be odd, so that position t
-    sits in the middle of its window.
-    Cache: the zero-padded input.
-    """
+    """out_t = b + sum_{j=0}^{k-1} x_{t+j-k//2} W_j, "same" padding (zeros outside).   Shapes: (B,T,D) -> (B,T,D)
+    Each output sees k neighbouring positions, so a path between positions n apart needs about n/(k-1)*2 stacked
+    layers (Table 1's O(n/k) for contiguous kernels). kernel_size is odd: position t sits mid-window.
+    Cache: the zero-padded input."""
 
     def __init__(self, d_model: int, kernel_size: int):
         super().__init__()

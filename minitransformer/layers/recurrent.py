@@ -9,12 +9,9 @@ from .linear import xavier_uniform
 
 class RNN(Module):
     """h_t = tanh(x_t W_x + h_{t-1} W_h + b), h_0 = 0; the output is every h_t.   Shapes: (B,T,D) -> (B,T,D)
-
-    T sequential steps, each depending on the last: the O(n) sequential operations and O(n) path length
-    of Table 1. Backward is backpropagation through time: the steps in reverse, the gradient reaching
-    h_{t-1} both from the output at t-1 and through W_h from step t.
-    Cache: x and every h_t.
-    """
+    T sequential steps, each depending on the last: Table 1's O(n) sequential operations and path length.
+    Backward is backpropagation through time: the steps in reverse, the gradient reaching h_{t-1} both from the
+    output at t-1 and through W_h from step t.   Cache: x and every h_t."""
 
     def __init__(self, d_model: int):
         super().__init__()

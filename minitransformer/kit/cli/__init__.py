@@ -39,15 +39,11 @@ def main(argv=None) -> int:
         if os.environ.get("MINITRANSFORMER_TRACEBACK"):
             raise
         if isinstance(err, MemoryError):             # files are checked before allocating: a model too big to run
-            err = f"out of memory ({str(err) or _where(err)})"     # NumPy names the array; Python's own says nothing
+            frame = traceback.extract_tb(err.__traceback__)[-1]   # NumPy names the array; Python's own says nothing
+            where = f"in {frame.name}, {os.path.basename(frame.filename)} line {frame.lineno}"
+            err = f"out of memory ({str(err) or where})"
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, _USER_ERRORS) else 1
     finally:
         if threads_before is not None and blas_threads() != threads_before:
             set_blas_threads(threads_before)
-
-
-def _where(err: BaseException) -> str:
-    """The line that raised err: "in _read_lines, datasets.py line 44"."""
-    frame = traceback.extract_tb(err.__traceback__)[-1]
-    return f"in {frame.name}, {os.path.basename(frame.filename)} line {frame.lineno}"

@@ -8,7 +8,7 @@ from minitransformer.kit import limits
 from minitransformer.kit.data.tokenizers import tokenizer_from_dict
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.files import parse_json
-from minitransformer.kit.running.runs import tier
+from minitransformer.kit.running.runs import choose_blas_threads, tier
 from minitransformer.model import TransformerConfig
 
 
@@ -16,27 +16,23 @@ class CLIError(Exception):
     """A mistake in what the user asked for: printed as one line, exit code 2."""
 
 
-def setting_type(name: str):
-    """An argparse ``type`` for the setting ``name``: the text as an int or float inside the setting's range in
-    ``limits``, else an error saying what was expected and what came (argparse prints it, exit code 2)."""
-    convert = float if name in limits.FLOAT_SETTINGS else int
+def option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
+    """A numeric option whose range is the setting's in ``limits`` (by default the one the flag names: --max-tokens,
+    max_tokens): the text as an int or float inside it, else an error saying what was expected and what came
+    (argparse prints it, exit code 2)."""
+    setting = setting or flag[2:].replace("-", "_")
+    convert = float if setting in limits.FLOAT_SETTINGS else int
 
     def parse(text: str):
         try:
             value = convert(text) if len(text) <= 40 else None    # no 400-digit number reaches any arithmetic
         except ValueError:
             value = None
-        if value is None or not limits.within(name, value):
-            raise argparse.ArgumentTypeError(f"expected {limits.expected(name)}, got {text[:60]!r}")
+        if value is None or not limits.within(setting, value):
+            raise argparse.ArgumentTypeError(f"expected {limits.expected(setting)}, got {text[:60]!r}")
         return value
-    parse.setting = name                                  # which limit it reads: tests walk every one
-    return parse
-
-
-def option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
-    """A numeric option whose range is the setting's (by default the one the flag names: --max-tokens, max_tokens)."""
-    setting = setting or flag[2:].replace("-", "_")
-    p.add_argument(flag, type=setting_type(setting), metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
+    parse.setting = setting                                   # which limit it reads: tests walk every one
+    p.add_argument(flag, type=parse, metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
 
 
 def tokenizers_from_checkpoint(ck):
@@ -76,9 +72,9 @@ def model_from_checkpoint(ck, weights=None):
 
 
 def load_run(path, average: int | None = None):
-    """(checkpoint, model, src tokenizer, tgt tokenizer, the checkpoint files used) of a run folder or file.
-    With ``average``: the weights are the mean of that many step checkpoints of the folder, those ending at the
-    named file's step when it is a step file, else the newest."""
+    """(checkpoint, model, src tokenizer, tgt tokenizer, the checkpoint files used) of a run folder or file, the
+    BLAS threads set for its model. With ``average``: the weights are the mean of that many step checkpoints of the
+    folder, those ending at the named file's step when it is a step file, else the newest."""
     file = ckpt.resolve_checkpoint(path)
     ck = ckpt.load_checkpoint(file)
     used, weights = [file], None
@@ -93,6 +89,7 @@ def load_run(path, average: int | None = None):
         weights = ckpt.average_checkpoints(used)
     src_tok, tgt_tok = tokenizers_from_checkpoint(ck)
     model = model_from_checkpoint(ck, weights)
+    choose_blas_threads(model.config)
     for side, tok in (("src", src_tok), ("tgt", tgt_tok)):    # else decoding would index out of range
         if tok is not None and tok.vocab_size != ck.config[f"{side}_vocab_size"]:
             raise CLIError(f"checkpoint {ck.path}: tokenizers.{side} has {tok.vocab_size} tokens but the model's "

@@ -1,5 +1,5 @@
-"""``minitransformer evaluate``: a checkpoint's BLEU on a data split (exact match for copy/reverse), printed
-and written as JSON."""
+"""Score a checkpoint: BLEU on a split of its translation task, or exact match on the held-out sequences of a
+copy/reverse run. Prints the score and writes it as JSON."""
 
 import os
 
@@ -8,14 +8,12 @@ from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 from minitransformer.kit.data.tasks import SequenceTask, exact_match
 from minitransformer.kit.running.checkpoint import step_of_file
 from minitransformer.kit.files import check_writable, write_json
-from minitransformer.kit.running.runs import choose_blas_threads
 
 from .common import CLIError, load_run
 
 
 def cmd_evaluate(args) -> int:
     ck, model, src_tok, tgt_tok, used = load_run(args.checkpoint, args.average)
-    choose_blas_threads(model.config)
     task = ck.extra.get("task")
     saved = ck.extra.get("settings")                                # checked as the file was read, if an object
     settings = saved if isinstance(saved, dict) else {}

@@ -1,13 +1,13 @@
-"""``minitransformer explain``: one sentence through a trained run, written as one page that opens from disk in any
-browser (nothing fetched): every head's attention, the queries and keys behind it, the gradient of the loss on each
-attention map, the decoding step by step. The sentence is read as ``translate`` reads it."""
+"""Translate one sentence and write one page, to open from disk in any browser (nothing is fetched): the attention of
+every head (head view, model view), the queries and keys behind it, dL/dA after one backward pass of the loss on
+the translation (or on --target), the decoding step by step, the masks and the positional encodings; each view
+exports as PNG or SVG. The sentence is read as translate reads it."""
 
 import os
 import sys
 
 from minitransformer.kit.data.task_data import encode_sources
 from minitransformer.kit.running import viz
-from minitransformer.kit.running.runs import choose_blas_threads
 
 from .common import CLIError, load_run
 from .translate import symbol_ids
@@ -15,7 +15,6 @@ from .translate import symbol_ids
 
 def cmd_explain(args) -> int:
     _, model, src_tok, tgt_tok, _ = load_run(args.checkpoint, args.average)
-    choose_blas_threads(model.config)
     if not args.sentence.strip():
         raise CLIError("give a sentence to explain (symbol ids separated by spaces for a copy/reverse run), got an "
                        "empty one")

@@ -1,6 +1,5 @@
 """The options of every command (classroom's and convert's sit beside their commands), each number parsed into its range
-in ``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2.
-``COMMANDS`` registers each command: its options, and ``set_defaults(run=...)`` for what runs it."""
+in ``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2."""
 
 import argparse
 
@@ -8,13 +7,13 @@ from minitransformer import __version__
 from minitransformer.kit.data import datasets
 from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
+from . import evaluate, explain, translate
 from .common import option
-from .evaluate import cmd_evaluate
-from .explain import cmd_explain
 from .teaching import add_classroom
 from .train import cmd_train
-from .translate import cmd_translate
 from .utility import add_convert, cmd_gradcheck
+
+_MULTI30K = "$MINITRANSFORMER_MULTI30K if set, else ~/.cache/minitransformer/multi30k"
 
 
 def _add_train(sub) -> None:
@@ -22,9 +21,8 @@ def _add_train(sub) -> None:
     # --resume lets only typed options replace the saved run's settings.
     t = sub.add_parser("train", help="train a model on a task and write metrics, checkpoints and plots",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=defaults_table(),
-                       description="Train from scratch (or --resume) and write into --out: metrics.json, the\n"
-                                   "checkpoints, loss.png, attention.png and explain.html (the viewer's page). An\n"
-                                   "option not given takes the task's default (below).")
+                       description="Train from scratch (or --resume) into --out: metrics.json, the checkpoints,\n"
+                                   "the plots and explain.html. An option not given takes the task's default (below).")
     t.add_argument("--task", required=True, choices=TASKS, help="what to learn")
     t.add_argument("--preset", choices=PRESETS, help="model size (replaces the task's model below)")
     t.add_argument("--reference", action="store_true", default=None,
@@ -66,8 +64,8 @@ def _add_train(sub) -> None:
     option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
     option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
                          "200 valid, all test)")
-    t.add_argument("--data-dir", help="folder with the Multi30k files (default: $MINITRANSFORMER_MULTI30K if set, "
-                                      "else ~/.cache/minitransformer/multi30k, where `download` puts them)")
+    t.add_argument("--data-dir", help=f"folder with the Multi30k files (default: {_MULTI30K}, where `download` puts "
+                                      "them)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip it")
     again = t.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own "
@@ -92,49 +90,39 @@ def _decoding_options(p) -> None:
 
 def _add_translate(sub) -> None:
     tr = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
-                        description="Translate the sentences given, or else each line of standard input as it "
-                                    "arrives. Each is prepared as the training text was; stderr names the words the "
-                                    "model does not know and tokens cut beyond its length. A translation has at "
-                                    "most 2 x (source tokens) + 10 tokens, and at most source tokens + 50.")
+                        description=translate.__doc__)
     tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _decoding_options(tr)
     tr.add_argument("--quiet", action="store_true", help="no notes on stderr about the input")
-    tr.set_defaults(run=cmd_translate)
+    tr.set_defaults(run=translate.cmd_translate)
 
 
 def _add_evaluate(sub) -> None:
     ev = sub.add_parser("evaluate", help="BLEU (or exact match) of a checkpoint on a data split",
-                        description="Score a checkpoint: BLEU on a split of its translation task, or exact match "
-                                    "on the held-out sequences of a copy/reverse run. Prints the score and writes "
-                                    "it as JSON.")
+                        description=evaluate.__doc__)
     _decoding_options(ev)
     ev.add_argument("--split", default="test", choices=("train", "valid", "test"),
                     help="data split (default test; a copy/reverse checkpoint is scored on its held-out sequences)")
     ev.add_argument("--data-dir", help="folder with the Multi30k files (default: the run's)")
     ev.add_argument("--json", dest="json_path", help="write the result here (default: <run>/eval-<split>.json)")
     option(ev, "--limit", "evaluate only the first N sentences")
-    ev.set_defaults(run=cmd_evaluate)
+    ev.set_defaults(run=evaluate.cmd_evaluate)
 
 
 def _add_explain(sub) -> None:
     ex = sub.add_parser("explain", help="write a page that shows one sentence inside a trained model",
-                        description="Translate one sentence and write one page, to open from disk in any browser "
-                                    "(nothing is fetched): the attention of every head (head view, model view), the "
-                                    "queries and keys behind it, dL/dA after one backward pass of the loss on the "
-                                    "translation (or on --target), the decoding step by step, the masks and the "
-                                    "positional encodings; each view exports as PNG or SVG.")
+                        description=explain.__doc__)
     ex.add_argument("sentence", help="the sentence (for a copy/reverse run: symbol ids separated by spaces)")
     _decoding_options(ex)
     ex.add_argument("--target", help="a reference translation: the gradient view uses the loss on it")
     ex.add_argument("--out", default="explain.html", help="the page to write (default: explain.html)")
-    ex.set_defaults(run=cmd_explain)
+    ex.set_defaults(run=explain.cmd_explain)
 
 
 def _add_gradcheck(sub) -> None:
     gc = sub.add_parser("gradcheck", help="finite-difference check of every layer's backward (float64)",
                         description="Check every layer's backward against central finite differences in float64 "
-                                    "and print the largest relative error of each: the proof, for class, that "
-                                    "each hand-written gradient is right. Exit code 1 if one fails.")
+                                    "and print the largest relative error of each. Exit code 1 if one fails.")
     option(gc, "--max-entries", "entries checked per tensor, at random (default 30)", default=30)
     option(gc, "--seed", "random seed (default 0)", default=0)
     gc.add_argument("--verbose", action="store_true", help="print every tensor's row, not only each layer's")
@@ -145,8 +133,7 @@ def _add_download(sub) -> None:
     dl = sub.add_parser("download", help="fetch the Multi30k task-1 files",
                         description="Fetch the Multi30k task-1 files (train, valid and test, German and English) "
                                     "that `train --task multi30k` reads. Files already there are kept.")
-    dl.add_argument("--dir", help="where to put them (default: $MINITRANSFORMER_MULTI30K if set, else "
-                                  "~/.cache/minitransformer/multi30k, where `train` looks)")
+    dl.add_argument("--dir", help=f"where to put them (default: {_MULTI30K}, where `train` looks)")
     dl.set_defaults(run=cmd_download)
 
 

@@ -41,10 +41,6 @@ def add_classroom(sub) -> None:
     g.add_argument("--results", help="a class: the folder each student's result is stored in as it comes (default "
                                      "SUBMISSIONS-graded/); a rerun grades only what is not there yet")
     g.add_argument("--only", metavar="NAME", help="a class: grade this student again, alone")
-    g.add_argument("--diagnoses", choices=["what", "fix"], default="what",
-                   help="what: name the mistake and where it is (before the deadline); fix: say how to fix it")
-    option(g, "--seed", "seed of the hidden inputs (default: drawn, and printed for the teacher)")
-    option(g, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
     option(g, "--workers", "students graded at once (a class), or exercises (one submission) (default 2)",
            default=min(2, os.cpu_count() or 1))
     a = actions.add_parser("autograder", help="write Gradescope's autograder zip for an assignment",
@@ -53,13 +49,14 @@ def add_classroom(sub) -> None:
                                        "assignment with a hidden seed and writes results.json.")
     a.add_argument("dir", help="the assignment folder `make` wrote")
     a.add_argument("-o", "--output", required=True, help="the zip to write (e.g. autograder.zip)")
-    option(a, "--seed", "seed of the hidden inputs, kept in the zip (default: drawn, and printed)")
     a.add_argument("--visibility", choices=list(gradescope.WHEN), default="visible",
                    help="when students see the diagnoses (scores show at once); default visible")
-    a.add_argument("--diagnoses", choices=["what", "fix"], default="what",
-                   help="what: name the mistake and where it is; fix: say how to fix it")
-    option(a, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
     a.add_argument("--wheel", help="a wheel of this package to put in the zip (default: built from its source tree)")
+    for p in (g, a):
+        option(p, "--seed", "seed of the hidden inputs (default: drawn, and printed for the teacher)")
+        option(p, "--timeout", "seconds each exercise may take (default 30)", default=30.0)
+        p.add_argument("--diagnoses", choices=["what", "fix"], default="what",
+                       help="what: name the mistake and where it is (before the deadline); fix: say how to fix it")
     actions.add_parser("list", help="the exercises, part by part, with a sentence each")
     actions.add_parser("bugs", help="the mistake catalogue: what the grader recognises, and what no check can see")
     c.set_defaults(run=cmd_classroom)
@@ -94,7 +91,7 @@ def grade(args) -> int:
     path, options = Path(args.dir), {"seed": args.seed, "diagnoses": args.diagnoses, "time_limit": args.timeout}
     if args.assignment is None and (path / "assignment.json").is_file():         # a whole assignment, in place
         results = grader.grade(path, None, workers=args.workers, **options)
-    elif one_submission(path):
+    elif path.is_file() or path.name == PACKAGE or (path / PACKAGE).is_dir() or any(path.glob("*.py")):  # a submission
         with tempfile.TemporaryDirectory(prefix="minitransformer-assignment-") as tmp:
             assignment = args.assignment or inferred(path, Path(tmp) / "hw")
             results = batch.grade_one(path, assignment, workers=args.workers, **options)
@@ -131,13 +128,6 @@ def grade_class(args, path: Path, options: dict) -> int:
     if args.feedback:
         batch.write_feedback(args.feedback, graded)
     return 0
-
-
-def one_submission(path) -> bool:
-    """Whether `path` is one student's submission (a zip, a transformer/ folder, a folder holding one or loose .py
-    files) rather than a folder of them."""
-    path = Path(path)
-    return path.is_file() or path.name == PACKAGE or (path / PACKAGE).is_dir() or any(path.glob("*.py"))
 
 
 def inferred(source, directory) -> Path:

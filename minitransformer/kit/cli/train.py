@@ -1,25 +1,17 @@
 """``minitransformer train`` as a straight line: the settings resolved once (``plan_run``, the one reader of the
-command line), then data, model, trainer, fit, score, files. A resumed run keeps the settings it was started with,
-except RESUMABLE_OVERRIDES typed on this command line, which only change when the run stops and what it reports.
-A fresh run never writes over a file already in --out."""
+command line), then data, model, trainer, fit, score, files."""
 
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 from minitransformer import backend
 from minitransformer.kit.data.task_data import task_data
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.running import runs
 from minitransformer.kit.files import check_writable, write_json
-from minitransformer.kit.running.settings import (
-    MODEL_OPTIONS,
-    OPTIONAL_SAVED,
-    check_complete,
-    check_saved_settings,
-    task_settings,
-)
+from minitransformer.kit.running.settings import (MODEL_OPTIONS, OPTIONAL_SAVED, check_complete,
+                                                  check_saved_settings, task_settings)
 from minitransformer.kit.running.checkpoint_checks import full_config
 
 from .common import CLIError, tokenizers_from_checkpoint
@@ -29,38 +21,29 @@ RESUMABLE_OVERRIDES = ("steps", "epochs", "max_minutes", "eval_every", "save_eve
                        "target", "progress", "plots", "heldout", "beam_size", "on_nonfinite", "limit")
 # Switches that only turn something off for this command: a resumed run takes them from this command line.
 THIS_COMMAND_ONLY = ("progress", "plots")
-# What train writes besides checkpoints, and what evaluate writes there: --overwrite removes exactly these.
-PLOT_FILES = ("loss.png", "attention.png", "explain.html")
+# What evaluate writes into a run folder: --overwrite removes these, the checkpoints, runs.PLOT_FILES, metrics.json.
 EVAL_FILES = tuple(f"eval-{split}.json" for split in ("train", "valid", "test", "heldout"))
 
 
-@dataclass
-class Run:
-    settings: dict                     # checked: what the run computes with and saves in every checkpoint
-    out: str                           # the run folder
-    resume_from: object = None         # the Checkpoint continued, or None for a fresh run
-    overwrite: bool = False            # remove the earlier run's files once the new run is built
-
-
 def cmd_train(args) -> int:
-    run = plan_run(args)
-    settings, out, wall_start = run.settings, run.out, time.perf_counter()
+    settings, out, resume_from, overwrite = plan_run(args)
+    wall_start = time.perf_counter()
     backend.manual_seed(settings["seed"])
-    data = task_data(settings, run.resume_from and tokenizers_from_checkpoint(run.resume_from))
-    if run.resume_from is not None and full_config(run.resume_from.config) != data.config.to_dict():
-        raise CLIError(f"--resume: {run.resume_from.path} does not hold the model its saved settings describe")
+    data = task_data(settings, resume_from and tokenizers_from_checkpoint(resume_from))
+    if resume_from is not None and full_config(resume_from.config) != data.config.to_dict():
+        raise CLIError(f"--resume: {resume_from.path} does not hold the model its saved settings describe")
     workers = settings["workers"] if backend.get_backend() == "numpy" else 1  # a GPU would run the parts in turn
     threads = runs.choose_blas_threads(data.config, workers)
     trainer = runs.build_trainer(settings, data, out, workers)
     # Only now that config, data and model are built (a mistake in any leaves the old run whole): continue the
     # saved run, or, with --overwrite, delete what an earlier run and `evaluate` wrote in --out (those names only).
-    if run.resume_from is not None:
-        trainer.resume(run.resume_from.path)
+    if resume_from is not None:
+        trainer.resume(resume_from)                        # read once, in plan_run
         print(f"resumed {out} at step {trainer.step} (epoch {trainer.train_data.epoch}, "
               f"batch {trainer.train_data.position})")
-    elif run.overwrite:
+    elif overwrite:
         names = [os.path.basename(p) for p in ckpt.checkpoint_files(out)]
-        names += [n for n in ("metrics.json", *PLOT_FILES, *EVAL_FILES) if os.path.lexists(os.path.join(out, n))]
+        names += [n for n in ("metrics.json", *runs.PLOT_FILES, *EVAL_FILES) if os.path.lexists(os.path.join(out, n))]
         for name in names:
             os.remove(os.path.join(out, name))
         if names:
@@ -72,10 +55,8 @@ def cmd_train(args) -> int:
     if workers > 1:
         print(f"workers: {workers} threads, each running a part of every batch on a replica of the model "
               f"(--workers 1: the whole batch on one)")
-    summary = trainer.fit()
-    stopped = trainer.stop_description()
+    summary, stopped = trainer.fit(), trainer.stop_description()
     print(f"stopped: {stopped}")
-
     scores, example = runs.final_score(settings, data, trainer.model, out)
     metrics = {"task": settings["task"], "tier": "reference" if settings.get("reference") else "fast",
                **{k: summary[k] for k in ("steps", "epoch", "loss", "valid_loss", "train_seconds", "train_cpu_seconds",
@@ -93,8 +74,10 @@ def cmd_train(args) -> int:
     return 0
 
 
-def plan_run(args) -> Run:
-    """The run the command line asks for; the only function that reads it."""
+def plan_run(args) -> tuple:
+    """The run the command line asks for, the only function that reads it: (settings, checked: what the run computes
+    with and saves in every checkpoint; the run folder; the Checkpoint continued or None; whether to remove an
+    earlier run's files once the new run is built)."""
     typed = {k: v for k, v in vars(args).items() if v is not None and k not in ("command", "run")}
     task, resume, overwrite = typed.pop("task"), typed.pop("resume", False), typed.pop("overwrite", False)
     out = typed.pop("out", None) or os.path.join("runs", task)
@@ -104,24 +87,23 @@ def plan_run(args) -> Run:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         raise CLIError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
-    run = Run(task_settings(task, typed), out, None, overwrite)
+    settings, resume_from = task_settings(task, typed), None
     path = ckpt.latest_checkpoint(out) if resume else None
     if path is not None:
         if ckpt.step_of_file(path) is not None:
             print(f"--resume: {os.path.join(out, ckpt.LATEST)} does not exist: continuing from the newest "
                   f"step checkpoint, {path}", file=sys.stderr)
-        run.resume_from = ckpt.load_checkpoint(path)
-        run.settings = _resumed_settings(run.settings, typed, run.resume_from)
-    elif resume:
-        print(f"--resume: no checkpoint in {out} yet: starting from scratch", file=sys.stderr)
-    if run.resume_from is None:                            # a fresh run saves only what a resume will accept
-        run.settings = check_saved_settings(run.settings, task, "train", complete=True)
-    settings = run.settings
+        resume_from = ckpt.load_checkpoint(path)
+        settings = _resumed_settings(settings, typed, resume_from)
+    else:
+        if resume:
+            print(f"--resume: no checkpoint in {out} yet: starting from scratch", file=sys.stderr)
+        settings = check_saved_settings(settings, task, "train", complete=True)   # only what a resume accepts
     if settings["average"] > settings["keep"]:
         raise CLIError(f"--average {settings['average']} needs that many step checkpoints kept: --keep must "
                        f"be at least {settings['average']}, got {settings['keep']}")
-    plots = PLOT_FILES if settings["plots"] else ()
-    if run.resume_from is not None:                        # before any work: a trap refuses the run, not its end
+    plots = runs.PLOT_FILES if settings["plots"] else ()
+    if resume_from is not None:                            # before any work: a trap refuses the run, not its end
         for name in ["metrics.json", *plots, ckpt.LATEST, *map(os.path.basename, ckpt.list_checkpoints(out))]:
             check_writable(os.path.join(out, name), name)
     elif not overwrite:                                    # a fresh run never writes over a file in --out
@@ -134,7 +116,7 @@ def plan_run(args) -> Run:
             raise CLIError(f"{out} already holds {', '.join(present)}, which this run would overwrite: start over "
                            f"with --overwrite (removes {'it' if len(present) == 1 else 'them'}), or choose another "
                            f"--out")
-    return run
+    return settings, out, resume_from, overwrite
 
 
 def _resumed_settings(settings: dict, typed: dict, resume_from) -> dict:
@@ -172,15 +154,5 @@ def _write_results(out: str, metrics: dict, trainer, data, example: tuple) -> li
                (os.path.join(out, ckpt.LATEST), note)]
     written += [(p, "a step checkpoint, for --resume and evaluate --average") for p in ckpt.list_checkpoints(out)]
     if metrics["settings"]["plots"]:
-        if trainer.history:
-            scale = 100.0 if data.metric_percent else 1.0
-            runs.plot_loss(trainer, os.path.join(out, "loss.png"), data.metric_name, scale)
-            written.append((os.path.join(out, "loss.png"), f"training and validation loss, {data.metric_name}"))
-        else:                                              # e.g. a time limit reached before the first step
-            print("no training steps: loss.png not written")
-        runs.plot_attention(trainer.model, *example, os.path.join(out, "attention.png"),
-                            title=f"Cross-attention ({metrics['task']}, a held-out example)")
-        written.append((os.path.join(out, "attention.png"), "cross-attention of every head on a held-out example"))
-        runs.write_explanation(trainer.model, example[0], data, os.path.join(out, "explain.html"))
-        written.append((os.path.join(out, "explain.html"), "the same example inside the model: open it in a browser"))
+        written += runs.write_plots(trainer, data, example, out, metrics["task"])
     return written

@@ -1,14 +1,13 @@
-"""``minitransformer translate``: sentences in, translations out, one line each, printed as soon as each line of
-standard input arrives. Each is prepared as the training text was (the tokeniser's ``pieces``); stderr says what the
-model could not read. The limit, 2 x (source tokens) + 10 and at most the paper's source + 50 (§6.1), stops a
-model that did not understand its input from repeating a word for long."""
+"""Translate the sentences given, or else each line of standard input as it arrives, one line each. Each is prepared
+as the training text was; stderr names the words the model does not know and tokens cut beyond its length. A
+translation has at most 2 x (source tokens) + 10 tokens, and at most source tokens + 50 (paper §6.1): a model that
+did not understand its input does not repeat a word for long."""
 
 import sys
 
 from minitransformer import decoding
 from minitransformer.kit.data.batching import translate_ids
 from minitransformer.kit.data.task_data import encode_sources
-from minitransformer.kit.running.runs import choose_blas_threads
 
 from .common import CLIError, load_run
 
@@ -20,7 +19,6 @@ def output_limit(src_len: int) -> int:
 
 def cmd_translate(args) -> int:
     _, model, src_tok, tgt_tok, _ = load_run(args.checkpoint, args.average)
-    choose_blas_threads(model.config)
     hinted = []                                            # the target-language hint is given once
 
     def translate(lines: list) -> None:

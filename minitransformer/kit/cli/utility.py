@@ -9,12 +9,10 @@ from minitransformer.loss import CrossEntropyLoss
 from minitransformer.kit.running.npz import convert_npz
 from minitransformer.module import Parameter
 
-# The cases: one module per layer class and model block, with small, distinct sizes, so that a transposed index
-# cannot go unnoticed; built with the default dtype set to float64 (finite differences in float32 are noise).
-
 
 def gradcheck_cases(rng: numpy.random.Generator):
-    """(label, module, inputs) for every layer class, built in float64 with small, distinct sizes."""
+    """(label, module, inputs) for every layer class and model block, to build with the default dtype float64;
+    small, distinct sizes, so that a transposed index cannot go unnoticed."""
     B, S, T, D, H, F, V = 2, 5, 4, 6, 2, 10, 7
 
     def x(*shape):
@@ -86,7 +84,6 @@ def cmd_gradcheck(args) -> int:
           f"bound {gradcheck.DEFAULT_TOLERANCE:.0e}: "
           + ("all passed" if not failed else f"FAILED: {', '.join(failed)}"))
     return 0 if not failed else 1
-
 
 
 def add_convert(sub) -> None:

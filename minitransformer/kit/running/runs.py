@@ -1,9 +1,8 @@
 """A run of a task as ``minitransformer train`` makes it, for the command line and scripts alike: each tier's
 classes, the BLAS threads, the Trainer of a run's settings, the final score and the figures."""
 
-from __future__ import annotations
-
 import math
+import os
 import sys
 
 import numpy
@@ -23,8 +22,7 @@ from .trainer import Trainer
 
 
 def tier(reference: bool) -> tuple:
-    """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else of the fast tier (drop-in
-    subclasses)."""
+    """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else the fast tier's drop-in subclasses."""
     if reference:
         return Transformer, CrossEntropyLoss, Adam
     return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
@@ -82,7 +80,7 @@ def final_score(settings: dict, data, model, out) -> tuple:
     """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the model, or with average N > 1 of the mean of
     its last N step checkpoints' weights (paper §6.1), loaded into it. -> (scores for metrics.json, the attention
     plot's example: source ids, their labels, the function that labels target ids)"""
-    n = settings.get("average", 1)
+    n = settings["average"]
     averaged = ckpt.last_checkpoints(out, n) if n > 1 else []
     if n > 1 and len(averaged) < n:
         print(f"average {n}: only {len(averaged)} step checkpoint(s) in {out}; "
@@ -122,28 +120,35 @@ def save_figure(fig, path: str) -> None:
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"), "plot")
 
 
-def plot_loss(trainer, path: str, metric_name: str = "metric", metric_scale: float = 1.0) -> None:
-    """The training and validation losses (log scale if all > 0) and the validation metric (times metric_scale)."""
-    from minitransformer.kit.running import viz
-
-    def finite(pairs):
-        pairs = [(s, v) for s, v in pairs if math.isfinite(v)]
-        return tuple(numpy.array(pairs, float).T) if pairs else None          # (steps (n,), values (n,))
-
-    steps, losses = (numpy.array([h[i] for h in trainer.history], dtype=float) for i in (0, 1))   # (n,) each
-    valid = finite([(s, v) for s, v, _ in trainer.valid_history])
-    metric = finite([(s, m * metric_scale) for s, _, m in trainer.valid_history])
-    positive = bool((losses > 0).all()) and (valid is None or bool((valid[1] > 0).all()))
-    label = metric_name + (" (%)" if metric_scale == 100.0 else "")
-    save_figure(viz.loss_curves((steps, losses), valid, title="Training loss", logy=positive, metric=metric,
-                                 metric_name=label), path)
+def _finite(rows):
+    rows = [(s, v) for s, v in rows if math.isfinite(v)]
+    return tuple(numpy.array(rows, float).T) if rows else None              # (steps (n,), values (n,))
 
 
-def plot_attention(model, src_ids, src_labels, tgt_labels_fn, path: str, title: str) -> None:
-    """Cross-attention of every head and decoder layer (the last only, past 4) for one sentence and the model's
-    output; row t is labelled by the token it produces (the output, then <eos>)."""
-    from minitransformer.kit.running import viz
+PLOT_FILES = ("loss.png", "attention.png", "explain.html")          # what write_plots writes into a run folder
 
+
+def write_plots(trainer, data, example: tuple, out: str, task: str) -> list:
+    """loss.png (the losses, log scale if all > 0, and the validation metric), attention.png (the cross-attention of
+    every head and decoder layer, the last only past 4, on one held-out example and the model's output, row t
+    labelled by the token it produces) and explain.html (the viewer's page, ``viz.explain``, for that example).
+    -> (path, what it holds) of each file written."""
+    from minitransformer.kit.running import viz                # matplotlib, loaded only by what draws
+
+    written, model = [], trainer.model
+    loss_png, attention_png, page = (os.path.join(out, name) for name in PLOT_FILES)
+    if trainer.history:
+        scale = 100.0 if data.metric_percent else 1.0
+        steps, losses = (numpy.array([h[i] for h in trainer.history], dtype=float) for i in (0, 1))   # (n,) each
+        valid = _finite([(s, v) for s, v, _ in trainer.valid_history])
+        metric = _finite([(s, m * scale) for s, _, m in trainer.valid_history])
+        positive = bool((losses > 0).all()) and (valid is None or bool((valid[1] > 0).all()))
+        save_figure(viz.loss_curves((steps, losses), valid, title="Training loss", logy=positive, metric=metric,
+                                    metric_name=data.metric_name + (" (%)" if scale == 100.0 else "")), loss_png)
+        written.append((loss_png, f"training and validation loss, {data.metric_name}"))
+    else:                                                      # e.g. a time limit reached before the first step
+        print("no training steps: loss.png not written")
+    src_ids, src_labels, tgt_labels_fn = example
     c = model.config
     model.eval()
     src = numpy.asarray([src_ids], dtype=numpy.int64)                        # (1,S)
@@ -151,13 +156,11 @@ def plot_attention(model, src_ids, src_labels, tgt_labels_fn, path: str, title: 
     model(src, numpy.asarray([[c.bos_id] + hyp], dtype=numpy.int64))       # tgt_in (1,T)
     cross = [a[0] for a in model.attention_maps()["decoder_cross"]]          # per layer (H,T,S)
     save_figure(viz.attention_grid(cross if len(cross) <= 4 else cross[-1], x_labels=src_labels,
-                                    y_labels=tgt_labels_fn(hyp + [c.eos_id]), title=title, x_name="key: source token",
-                                    y_name="query: the token produced at this step"), path)
-
-
-def write_explanation(model, src_ids, data, path: str) -> None:
-    """The viewer's page (``viz.explain``) for one sentence, its labels from the task's tokenisers if it has them."""
-    from minitransformer.kit.running import viz
-
+                                   y_labels=tgt_labels_fn(hyp + [c.eos_id]), x_name="key: source token",
+                                   title=f"Cross-attention ({task}, a held-out example)",
+                                   y_name="query: the token produced at this step"), attention_png)
+    written.append((attention_png, "cross-attention of every head on a held-out example"))
     tokenizers = None if data.src_tok is None else (data.src_tok, data.tgt_tok)
-    viz.explain(model, src_ids, tokenizers=tokenizers).save(path)
+    viz.explain(model, src_ids, tokenizers=tokenizers).save(page)
+    written.append((page, "the same example inside the model: open it in a browser"))
+    return written

@@ -1,12 +1,9 @@
-"""The training loop: zero the gradients, forward, loss, backward, clip, the schedule's rate, the update; every so
-many steps evaluate and save; stop at the first limit reached.
+"""The training loop (``Trainer.fit``), with evaluation, early stopping and checkpoints.
 
 Exact resume: a run killed at any moment and resumed from its last checkpoint computes the same steps, to the bit on
 the CPU, as the run never stopped: the checkpoint holds every input of a later step (weights, optimiser moments,
 counts, the data position, the random generators); evaluation draws no random numbers and time limits decide only
 where a run stops. A non-finite loss or gradient stops the run before the update, and nothing is saved after it."""
-
-from __future__ import annotations
 
 import math
 import numbers
@@ -105,9 +102,8 @@ class Trainer:
                     src, tgt_in, tgt_out, tokens = unpack_batch(batch, self.pad_id)
                     clock = time.perf_counter(), time.process_time()
                     self.optimizer.zero_grad()                        # backward adds (+=): start from zero
-                    if self.parallel is None:
-                        logits = self.model(src, tgt_in)              # forward (B,T,V)
-                        loss = self.loss_fn(logits, tgt_out)          # mean over the non-pad target tokens
+                    if self.parallel is None:                         # forward, mean over non-pad target tokens
+                        loss = self.loss_fn(self.model(src, tgt_in), tgt_out)
                     else:                                             # the same loss, the batch split in threads
                         loss = self.parallel.forward(src, tgt_in, tgt_out)
                     if not math.isfinite(loss):
@@ -128,7 +124,7 @@ class Trainer:
                     self.optimizer.step()                             # the update
                     self._record(loss, tokens, clock, bar)            # step count, history, progress bar
                     if self.eval_every is not None and self.step % self.eval_every == 0:
-                        self._evaluate_and_report(bar.write)          # stop_reason "target" once it is reached
+                        self.evaluate(bar.write)                      # stop_reason "target" once it is reached
                     if self.save_every is not None and self.step % self.save_every == 0:
                         self.save()
                     self.stop_reason = self.stop_reason or self._done()
@@ -141,7 +137,7 @@ class Trainer:
             bar.close()
         if self.stop_reason != "target" and (self.metric_fn is not None or self.valid_data) and \
                 (not self.valid_history or self.valid_history[-1][0] != self.step):
-            self._evaluate_and_report(print)
+            self.evaluate()
         if self.checkpoints is not None and self.last_saved_step != self.step:
             self.save()
         return self.summary()
@@ -194,8 +190,9 @@ class Trainer:
             self.model.train()                 # also when a batch is refused: training goes on in training mode
         return total / count if count else math.nan
 
-    def evaluate(self) -> tuple:
-        """(validation loss, metric) now; recorded in valid_history. Leaves the model in training mode."""
+    def evaluate(self, write=print) -> tuple:
+        """(validation loss, metric) now: recorded in valid_history, written as one line, and stop_reason "target"
+        once the metric reaches it. Leaves the model in training mode."""
         valid_loss, metric = self.validation_loss(), math.nan
         if self.metric_fn is not None:
             self.model.eval()
@@ -205,11 +202,8 @@ class Trainer:
                 self.model.train()
             if isinstance(metric, bool) or not isinstance(metric, numbers.Real):
                 raise TypeError(f"Trainer: metric_fn must return a number, got {type(metric).__name__} ({metric!r})")
-        _append_bounded(self.valid_history, (self.step, valid_loss, float(metric)), self.eval_every or 1)
-        return valid_loss, float(metric)
-
-    def _evaluate_and_report(self, write) -> None:
-        valid_loss, metric = self.evaluate()
+        metric = float(metric)
+        _append_bounded(self.valid_history, (self.step, valid_loss, metric), self.eval_every or 1)
         parts = [f"step {self.step}"]
         if math.isfinite(valid_loss):
             smoothing = getattr(self.loss_fn, "label_smoothing", 0.0)    # the loss the run minimises, said so
@@ -220,6 +214,7 @@ class Trainer:
         write("  ".join(parts))                                  # with or without the progress bar
         if self.target is not None and math.isfinite(metric) and metric >= self.target:
             self.stop_reason = "target"
+        return valid_loss, metric
 
     def stop_description(self) -> str:
         """Why the run stopped, in words ("step limit reached (3000 steps)", ...)."""
@@ -241,16 +236,6 @@ class Trainer:
                 "tokens_per_second": self.tokens_seen / self.train_seconds if self.train_seconds > 0 else 0.0,
                 "stop_reason": self.stop_reason}
 
-    def state(self) -> dict:
-        """The keyword arguments of ``save_checkpoint`` for the run as it is now."""
-        data = self.train_data.state_dict()
-        trainer = {"data": data, **{k: getattr(self, k) for k in checks.COUNTERS},
-                   **{k: [list(row) for row in getattr(self, k)] for k in ("history", "valid_history")}}
-        return {"weights": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-                "epoch": data.get("epoch", 0), "batch": data.get("position", 0), "rng": backend.get_rng_state(),
-                "config": self.config, "tokenizers": self.tokenizers, "extra": {**self.extra, "trainer": trainer}}
-
     def _claim_checkpoint_dir(self) -> None:
         """Refuse to save into a folder holding another run's checkpoints (the two would mix; resume it first)."""
         if self.checkpoints is None or self._checkpoint_dir_is_ours:
@@ -265,18 +250,27 @@ class Trainer:
         self._checkpoint_dir_is_ours = True
 
     def save(self) -> str:
-        """Write this step's checkpoint and the latest copy in checkpoint_dir, atomically. Returns the copy's path."""
+        """Write this step's checkpoint (every input of a later step) and the latest copy in checkpoint_dir,
+        atomically. Returns the copy's path."""
         if self.checkpoints is None:
             raise ValueError("Trainer.save: no checkpoint_dir was given")
         self._claim_checkpoint_dir()
-        path = self.checkpoints.save(self.step, **self.state())
+        data = self.train_data.state_dict()
+        trainer = {"data": data, **{k: getattr(self, k) for k in checks.COUNTERS},
+                   **{k: [list(row) for row in getattr(self, k)] for k in ("history", "valid_history")}}
+        path = self.checkpoints.save(
+            self.step, weights=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+            scheduler=None if self.scheduler is None else self.scheduler.state_dict(), epoch=data.get("epoch", 0),
+            batch=data.get("position", 0), rng=backend.get_rng_state(), config=self.config,
+            tokenizers=self.tokenizers, extra={**self.extra, "trainer": trainer})
         self.last_saved_step = self.step
         return path
 
     def resume(self, path) -> None:
-        """Restore the whole run from a checkpoint (a file, or a run folder's latest) to continue exactly; a refused
-        file (ValueError naming the file and the field) changes nothing."""
-        ck = checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(path))
+        """Restore the whole run from a checkpoint (a loaded ``Checkpoint``, a file, or a run folder's latest) to
+        continue exactly; a refused file (ValueError naming the file and the field) changes nothing."""
+        ck = path if isinstance(path, checkpoint.Checkpoint) else checkpoint.load_checkpoint(
+            checkpoint.resolve_checkpoint(path))
         state = checks.check_resumable(self, ck)
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
