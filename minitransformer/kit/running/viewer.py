@@ -18,6 +18,8 @@ draws at once.
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import html
 import json
 from pathlib import Path
@@ -65,9 +67,21 @@ def _stacks(model) -> dict:
             "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
 
 
+@contextlib.contextmanager
+def _wrapped(wraps):
+    """Inside the block, module.backward(dout) runs f(the module's own backward, dout), for each (module, f)."""
+    for m, f in wraps:
+        vars(m)["backward"] = functools.partial(f, type(m).backward.__get__(m))
+    try:
+        yield
+    finally:
+        for m, _ in wraps:
+            del vars(m)["backward"]
+
+
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
-    """Loss, logits (T,V), and per stack the layers' A, q, k (read from the attention core's cache, which holds
-    them until its backward) and dL/dA. Parameter gradients are put back as they were."""
+    """Loss, logits (T,V), per stack the layers' A, q, k (read from the attention core's cache, which holds them
+    until its backward) and dL/dA, and the heads' paths (``_head_paths``). Parameter gradients stay as they were."""
     grads = [p.grad.copy() for p in model.parameters()]
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
     host = backend.to_numpy
@@ -75,12 +89,83 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
             for name, cores in _stacks(model).items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
-    model.backward(loss_fn.backward())
+    caught = {}                                                # module -> the dout its backward got
+
+    def catch(backward, dout, module=None):
+        caught[module] = dout
+        return backward(dout)
+    modules = [model.src_embed, model.tgt_embed, *(a for cores in _stacks(model).values() for a in cores)]
+    with _wrapped([(m, functools.partial(catch, module=m)) for m in modules]):
+        model.backward(loss_fn.backward())
+    paths = _head_paths(model, src, tgt_in, caught)
     for p, g in zip(model.parameters(), grads):
         p.grad[...] = g
     layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
                      for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
-    return loss, backend.to_numpy(logits[0]), layers
+    return loss, backend.to_numpy(logits[0]), layers, paths
+
+
+def _head_paths(model, src, tgt_in, caught) -> dict:
+    """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
+    stacks' inputs, Embed * sqrt(D) + PE) and |g_h|, g_h the part of g on the paths through the head: the
+    backward pass is linear, so g_h is the gradient the loss sends into the head's output (caught: the douts
+    of the pass just run), and nothing else, taken back to the embeddings. Encoder and cross heads are measured
+    at the source, decoder self heads at the target. The heads of one layer and the paths that miss all of
+    them (the residual, the other stack's layers) add up to g.
+    Each head is a row of a batch that joins at its layer's attention, from the top layer down, with the
+    layers below run again on that many copies of the sentence: the work of one backward per head of the
+    layers under it."""
+    xp, H = backend.xp(), model.config.num_heads
+    src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
+    src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
+    xs = [model.src_pos.forward(model.src_embed.forward(src))]                         # encoder layers' inputs
+    for layer in model.encoder.layers:
+        xs.append(layer.forward(xs[-1], src_mask))                                        # (1,S,D)
+    norm = model.encoder.norm
+    memory = xs[-1] if norm is None else norm.forward(xs[-1])
+    ys = [model.tgt_pos.forward(model.tgt_embed.forward(tgt))]                         # decoder layers' inputs
+    for layer in model.decoder.layers[:-1]:
+        ys.append(layer.forward(ys[-1], memory, tgt_mask, src_mask))                      # (1,T,D)
+    one_hot = xp.eye(H, dtype=memory.dtype)[:, :, None, None]                             # (H,H,1,1)
+
+    def join(backward, dout, start=0, u=None):                  # rows start.. take head h's part of u, alone
+        dout = dout.copy()
+        dout[start:start + H] += u * one_hot
+        return backward(dout)
+
+    def rows(x, n):
+        return xp.repeat(x, n, axis=0)
+
+    def zeros(n, like):
+        return xp.zeros((n, *like.shape[1:]), dtype=like.dtype)
+
+    dy, cross = zeros(0, ys[0]), []                             # self rows at the target side; cross rows' memory
+    for i, layer in reversed(list(enumerate(model.decoder.layers))):           # joining: H self, then H cross rows
+        n = len(dy) + 2 * H
+        layer.forward(rows(ys[i], n), rows(memory, n), tgt_mask, src_mask)
+        cores = [(layer.self_attn.attention, n - 2 * H), (layer.cross_attn.attention, n - H)]
+        with _wrapped([(a, functools.partial(join, start=s, u=caught[a])) for a, s in cores]):
+            dy, dmemory = layer.backward(xp.concatenate([dy, zeros(2 * H, dy)]))
+        dy, cross = dy[:n - H], [dmemory[n - H:]] + cross      # a cross row ends at its keys and values
+    dx = xp.concatenate(cross)                                  # (L*H,S,D), bottom layer first
+    if norm is not None:
+        norm.forward(rows(xs[-1], len(dx)))
+        dx = norm.backward(dx)
+    for i, layer in reversed(list(enumerate(model.encoder.layers))):           # joining: H encoder rows
+        n = len(dx) + H
+        layer.forward(rows(xs[i], n), src_mask)
+        core = layer.self_attn.attention
+        with _wrapped([(core, functools.partial(join, start=n - H, u=caught[core]))]):
+            dx = layer.backward(xp.concatenate([dx, zeros(H, dx)]))
+    g_src, g_tgt = caught[model.src_embed], caught[model.tgt_embed]             # (1,S,D), (1,T,D)
+    L, E = len(model.decoder.layers), len(model.encoder.layers)
+    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src),                  # (layers, H, S*D)
+             "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt), "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}
+    out = {}
+    for name, (g_h, g) in parts.items():
+        g = g.reshape(-1)
+        out[name] = backend.to_numpy(xp.stack([(g_h @ g) / (g @ g), xp.sqrt((g_h * g_h).sum(-1))], -1))
+    return out
 
 
 def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam_size: int, alpha: float, label) -> dict:
@@ -132,7 +217,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             notes.append(f"the output was cut at {limit - 1} tokens")
         target = hyp if given is None else given
         tgt_in, tgt_out = [c.bos_id] + target, target + [c.eos_id]
-        loss, logits, layers = _forward_backward(model, src, tgt_in, tgt_out)
+        loss, logits, layers, paths = _forward_backward(model, src, tgt_in, tgt_out)
         cross = None                                   # the output's own pass: the decoding is the page's stacks
         if given is not None:                          # the output, teacher-forced: the rows decoding saw
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
@@ -152,10 +237,9 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             "decoding": steps, "output_ids": hyp, "stacks": {}}
     for name in STACKS:
         maps = layers[name]
-        share = numpy.stack([numpy.abs((m["attn"] * m["dattn"]).sum(axis=(1, 2))) for m in maps])   # (L,H)
         data["stacks"][name] = {
             "mask": _pack(numpy.broadcast_to(masks[name], maps[0]["attn"].shape[1:])),    # (Tq,Tk)
-            "share": share.tolist(), "scale": float(maps[0]["scale"]),
+            "share": paths[name][..., 0].tolist(), "grad_norm": paths[name][..., 1].tolist(), "scale": float(maps[0]["scale"]),
             **{key: _pack(numpy.stack([m[key] for m in maps])) for key in ("attn", "dattn", "q", "k")}}  # (L,H,T,..)
     positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
     data["pe"] = _pack(positions[: max(len(src), len(tgt_in))])                              # (T,D)
