@@ -97,11 +97,11 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     modules = [model.src_embed, model.tgt_embed, *(a for cores in _stacks(model).values() for a in cores)]
     with _wrapped([(m, functools.partial(catch, module=m)) for m in modules]):
         model.backward(loss_fn.backward())
+    layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
+                     for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
     paths = _head_paths(model, src, tgt_in, caught)
     for p, g in zip(model.parameters(), grads):
         p.grad[...] = g
-    layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
-                     for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
     return loss, backend.to_numpy(logits[0]), layers, paths
 
 
