@@ -231,6 +231,38 @@ def test_decoding_steps_are_the_greedy_output_and_their_probabilities():
     assert beam["decoding"]["method"].startswith("beam search, beam 3")
 
 
+def test_the_beam_shown_is_what_beam_search_ranks(float64):
+    """Each step's hypotheses on the page, best first, with their scores s = log P(Y) / lp(|Y|) recomputed by
+    feeding each one through the model; the output grows from the one marked, and beam search's own answer for
+    each sentence of a batch is the best of its last step."""
+    model = mt.Transformer(small_config(max_len=12))
+    model.eval()
+    data = viz.explain(model, SRC, beam_size=3, alpha=0.6).data
+    beam, out = data["decoding"]["beam"], data["output_ids"]
+    assert len(beam) == len(out) + 1 or len(out) == 11 and len(beam) == 11
+    for t, hyps in enumerate(beam):
+        assert len(hyps) == 3 and [h[1] for h in hyps] == sorted((h[1] for h in hyps), reverse=True), t
+        assert [h[2] for h in hyps].count(True) == 1, f"step {t}: one hypothesis is the output's start"
+        for text, score, grows in hyps:
+            ids = [2 if token == "<eos>" else int(token) for token in text.split()]
+            assert grows == (ids == (out + [2])[:len(ids)] and (len(ids) == t + 1 or ids[-1] == 2)), (t, text)
+            logits = model(np.asarray([SRC]), np.asarray([[1] + ids[:-1]]))[0]
+            log_p = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - \
+                logits.max(-1, keepdims=True)
+            expected = log_p[np.arange(len(ids)), ids].sum() / mt.decoding.length_penalty(len(ids), 0.6)
+            assert score == pytest.approx(expected, rel=1e-9), (t, text)
+    assert beam[-1][0][2], "the output is the best hypothesis of the last step"
+    wide = viz.explain(model, SRC, beam_size=20).data["decoding"]["beam"]      # more than the 11 tokens to choose
+    assert len(wide[0]) == 11 and json.loads(json.dumps(wide, allow_nan=False)) == wide
+    src = np.asarray([SRC, [4, 6, 8, 10, 0]])
+    steps = []
+    answers = mt.decoding.beam_search(model, src, beam_size=4, max_len=8, steps=steps)
+    for b, answer in enumerate(answers):
+        rows, tokens, scores = next(step for step in reversed(steps) if b in step[0])     # its last step
+        best = tokens[list(rows).index(b), 0].tolist()
+        assert best[:len(answer)] == answer and best[len(answer):len(answer) + 1] in ([2], [])
+
+
 def test_long_inputs_are_cut_with_a_note():
     model = mt.Transformer(small_config(max_len=200))
     src = [4 + i % 7 for i in range(viewer.MAX_TOKENS + 20)]

@@ -68,15 +68,20 @@ def _stacks(model) -> dict:
 
 
 @contextlib.contextmanager
-def _wrapped(wraps):
-    """Inside the block, module.backward(dout) runs f(the module's own backward, dout), for each (module, f)."""
-    for m, f in wraps:
-        vars(m)["backward"] = functools.partial(f, type(m).backward.__get__(m))
+def _wrapped(modules, f, name: str = "backward"):
+    """Inside the block, each module's method ``name`` runs f(module, the method, its arguments) instead."""
+    for m in modules:
+        vars(m)[name] = functools.partial(f, m, getattr(type(m), name).__get__(m))
     try:
         yield
     finally:
-        for m, _ in wraps:
-            del vars(m)["backward"]
+        for m in modules:
+            del vars(m)[name]
+
+
+def _catch(caught: dict, m, method, x, *rest):
+    caught[m] = x
+    return method(x, *rest)
 
 
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
@@ -89,78 +94,69 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
             for name, cores in _stacks(model).items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
-    caught = {}                                                # module -> the dout its backward got
-
-    def catch(backward, dout, module=None):
-        caught[module] = dout
-        return backward(dout)
-    modules = [model.src_embed, model.tgt_embed, *(a for cores in _stacks(model).values() for a in cores)]
-    with _wrapped([(m, functools.partial(catch, module=m)) for m in modules]):
+    douts = {}                                                 # module -> the dout its backward got
+    with _wrapped([model.src_embed, model.tgt_embed, *sum(_stacks(model).values(), [])],
+                  functools.partial(_catch, douts)):
         model.backward(loss_fn.backward())
     layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
                      for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
-    paths = _head_paths(model, src, tgt_in, caught)
+    paths = _head_paths(model, src, tgt_in, douts)
     for p, g in zip(model.parameters(), grads):
         p.grad[...] = g
     return loss, backend.to_numpy(logits[0]), layers, paths
 
 
-def _head_paths(model, src, tgt_in, caught) -> dict:
+def _head_paths(model, src, tgt_in, douts) -> dict:
     """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
-    stacks' inputs, Embed * sqrt(D) + PE) and |g_h|, g_h the part of g on the paths through the head: the
-    backward pass is linear, so g_h is the gradient the loss sends into the head's output (caught: the douts
-    of the pass just run), and nothing else, taken back to the embeddings. Encoder and cross heads are measured
-    at the source, decoder self heads at the target. The heads of one layer and the paths that miss all of
-    them (the residual, the other stack's layers) add up to g.
-    Each head is a row of a batch that joins at its layer's attention, from the top layer down, with the
-    layers below run again on that many copies of the sentence: the work of one backward per head of the
-    layers under it."""
-    xp, H = backend.xp(), model.config.num_heads
+    stacks' inputs, Embed * sqrt(D) + PE; the source for encoder and cross heads, the target for decoder self
+    heads) and |g_h|, g_h the part of g on the paths through the head (for a cross head, through its keys and
+    values). The backward pass is linear: g_h is what the head's output gets (douts: the backward pass just run)
+    taken back alone, so a layer's g_h and the paths that miss all its heads add up to g. The heads are rows of
+    a batch, from the top layer down: each row goes back through its own attention, then joins the rows that
+    go through the layers below, run on that many copies of the sentence."""
+    xp, H, enc, dec = backend.xp(), model.config.num_heads, model.encoder, model.decoder
     src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
     src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
-    xs = [model.src_pos.forward(model.src_embed.forward(src))]                         # encoder layers' inputs
-    for layer in model.encoder.layers:
-        xs.append(layer.forward(xs[-1], src_mask))                                        # (1,S,D)
-    norm = model.encoder.norm
-    memory = xs[-1] if norm is None else norm.forward(xs[-1])
-    ys = [model.tgt_pos.forward(model.tgt_embed.forward(tgt))]                         # decoder layers' inputs
-    for layer in model.decoder.layers[:-1]:
-        ys.append(layer.forward(ys[-1], memory, tgt_mask, src_mask))                      # (1,T,D)
-    one_hot = xp.eye(H, dtype=memory.dtype)[:, :, None, None]                             # (H,H,1,1)
-
-    def join(backward, dout, start=0, u=None):                  # rows start.. take head h's part of u, alone
-        dout = dout.copy()
-        dout[start:start + H] += u * one_hot
-        return backward(dout)
+    seen = {}                                                  # sublayer (or norm) -> its input (1,T,D)
+    watched = [layer.sublayer_attn for layer in enc.layers] + [enc.norm] * (enc.norm is not None) + \
+        [sub for layer in dec.layers for sub in (layer.sublayer_self, layer.sublayer_cross)]
+    with _wrapped(watched, functools.partial(_catch, seen), "forward"):
+        memory = enc.forward(model.src_pos.forward(model.src_embed.forward(src)), src_mask)          # (1,S,D)
+        dec.forward(model.tgt_pos.forward(model.tgt_embed.forward(tgt)), memory, tgt_mask, src_mask)
+    one_hot = xp.eye(H, dtype=memory.dtype)[:, :, None, None]                                     # (H,H,1,1)
 
     def rows(x, n):
         return xp.repeat(x, n, axis=0)
 
-    def zeros(n, like):
-        return xp.zeros((n, *like.shape[1:]), dtype=like.dtype)
+    def own(sub, attention, mask, memory=None):        # row h: head h's part alone, back to the sublayer's input
+        x = rows(seen[sub], H)                                                                    # (H,T,D)
+        x = sub.norm.forward(x) if sub.norm_first else x
+        kv = x if memory is None else rows(memory, H)
+        out = attention.forward(x, kv, kv, mask)
+        with _wrapped([attention.attention], lambda core, backward, dout: backward(douts[core] * one_hot)):
+            dq, dk, dv = attention.backward(xp.zeros_like(out))
+        if memory is not None:
+            return dk + dv                                     # a cross head: to the memory, by keys and values
+        return sub.norm.backward(dq + dk + dv) if sub.norm_first else dq + dk + dv
 
-    dy, cross = zeros(0, ys[0]), []                             # self rows at the target side; cross rows' memory
-    for i, layer in reversed(list(enumerate(model.decoder.layers))):           # joining: H self, then H cross rows
-        n = len(dy) + 2 * H
-        layer.forward(rows(ys[i], n), rows(memory, n), tgt_mask, src_mask)
-        cores = [(layer.self_attn.attention, n - 2 * H), (layer.cross_attn.attention, n - H)]
-        with _wrapped([(a, functools.partial(join, start=s, u=caught[a])) for a, s in cores]):
-            dy, dmemory = layer.backward(xp.concatenate([dy, zeros(2 * H, dy)]))
-        dy, cross = dy[:n - H], [dmemory[n - H:]] + cross      # a cross row ends at its keys and values
-    dx = xp.concatenate(cross)                                  # (L*H,S,D), bottom layer first
-    if norm is not None:
-        norm.forward(rows(xs[-1], len(dx)))
-        dx = norm.backward(dx)
-    for i, layer in reversed(list(enumerate(model.encoder.layers))):           # joining: H encoder rows
-        n = len(dx) + H
-        layer.forward(rows(xs[i], n), src_mask)
-        core = layer.self_attn.attention
-        with _wrapped([(core, functools.partial(join, start=n - H, u=caught[core]))]):
-            dx = layer.backward(xp.concatenate([dx, zeros(H, dx)]))
-    g_src, g_tgt = caught[model.src_embed], caught[model.tgt_embed]             # (1,S,D), (1,T,D)
-    L, E = len(model.decoder.layers), len(model.encoder.layers)
-    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src),                  # (layers, H, S*D)
-             "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt), "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}
+    dy, cross = xp.zeros((0, *seen[dec.layers[0].sublayer_self].shape[1:]), memory.dtype), []
+    for layer in reversed(list(dec.layers)):                   # rows: H a layer, top layer first
+        if len(dy):
+            layer.forward(rows(seen[layer.sublayer_self], len(dy)), rows(memory, len(dy)), tgt_mask, src_mask)
+            dy = layer.backward(dy)[0]
+        dy = xp.concatenate([dy, own(layer.sublayer_self, layer.self_attn, tgt_mask)])
+        cross.insert(0, own(layer.sublayer_cross, layer.cross_attn, src_mask, memory))
+    dx = xp.concatenate(cross)                                 # (L*H,S,D), bottom layer first
+    if enc.norm is not None:
+        enc.norm.forward(rows(seen[enc.norm], len(dx)))
+        dx = enc.norm.backward(dx)
+    for layer in reversed(list(enc.layers)):
+        layer.forward(rows(seen[layer.sublayer_attn], len(dx)), src_mask)
+        dx = xp.concatenate([layer.backward(dx), own(layer.sublayer_attn, layer.self_attn, src_mask)])
+    L, E = len(dec.layers), len(enc.layers)
+    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], douts[model.src_embed]),          # (layers,H,S*D)
+             "decoder_self": (dy.reshape(L, H, -1)[::-1], douts[model.tgt_embed]),
+             "decoder_cross": (dx[:L * H].reshape(L, H, -1), douts[model.src_embed])}
     out = {}
     for name, (g_h, g) in parts.items():
         g = g.reshape(-1)
@@ -168,10 +164,11 @@ def _head_paths(model, src, tgt_in, caught) -> dict:
     return out
 
 
-def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam_size: int, alpha: float, label) -> dict:
+def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam: list, alpha: float, label) -> dict:
     """The output step by step, from the logits (T,V) of the decoder fed [BOS] + hyp: at step t the token chosen and
     the TOP_K most probable next tokens; cross (L,H,T,S), the cross-attention of those steps, when it is not the
-    page's decoder_cross stack already (a given target)."""
+    page's decoder_cross stack already (a given target); beam, what beam search's steps argument collected: each
+    step's hypotheses [text up to EOS, score, whether the output grows from it], those with a finite score."""
     log_p = logits - logits.max(-1, keepdims=True)
     log_p -= numpy.log(numpy.exp(log_p).sum(-1, keepdims=True))                  # (T,V)
     chosen = hyp + [eos_id if ended else int(log_p[-1].argmax())]     # cut: what it would have said next
@@ -182,9 +179,13 @@ def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam_size: int, alph
               "top": [[label([int(i)])[0], float(numpy.exp(log_p[t, i]))] for i in top[t]]}
              for t, token in enumerate(chosen)]
     total = float(sum(log_p[t, token] for t, token in enumerate(chosen)))
-    return {"method": "greedy" if beam_size == 1 else f"beam search, beam {beam_size}, alpha {alpha:g}",
+    grown = chosen + [eos_id] * len(beam)                     # an ended hypothesis is fed EOS from then on
+    search = [[[" ".join(label(ids[: ids.index(eos_id) + 1] if eos_id in ids else ids)), float(s), ids == grown[:t + 1]]
+               for ids, s in zip(tokens[0].tolist(), scores[0]) if numpy.isfinite(s)]
+              for t, (_, tokens, scores) in enumerate(beam)]
+    return {"method": f"beam search, beam {len(beam[0][1][0])}, alpha {alpha:g}" if beam else "greedy",
             "log_p": total, "score": total / float(decoding.length_penalty(len(chosen), alpha)),
-            "steps": steps, "cross": None if cross is None else _pack(cross)}
+            "steps": steps, "beam": search or None, "cross": None if cross is None else _pack(cross)}
 
 
 def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> dict:
@@ -209,7 +210,8 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     was_training = model.training
     model.eval()
     try:
-        search = {"beam_size": beam_size, "alpha": alpha} if beam_size > 1 else {}
+        beam = []
+        search = {"beam_size": beam_size, "alpha": alpha, "steps": beam} if beam_size > 1 else {}
         hyp = (decoding.beam_search if search else decoding.greedy_decode)(model, numpy.asarray([src]),
                                                                           max_len=limit - 1, **search)[0]
         ended = len(hyp) < limit - 1
@@ -222,8 +224,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
         if given is not None:                          # the output, teacher-forced: the rows decoding saw
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
             cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
-        steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam_size, alpha,
-                          tgt_label)
+        steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam, alpha, tgt_label)
     finally:
         model.train(was_training)
     padding = backend.to_numpy(model.src_mask(numpy.asarray([src]))[0, 0])                  # (1,S)
