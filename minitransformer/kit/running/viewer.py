@@ -1,18 +1,12 @@
 """The viewer's data: one sentence through any model of this package (core or fast tier), packed for a page that
-runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``, which shows itself
-in a notebook and saves the page or, for slides, a figure of one layer's heads.
+runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``.
 
-What the page gets, for (src, tgt) with tgt the model's own output unless given:
-    every attention map A (H,Tq,Tk) of the three stacks, the queries q and keys k it came from, the mask it used;
-    dL/dA of each map after one backward pass of the loss (cross-entropy, no label smoothing) on (src, tgt);
-    each head's share |sum(A * dL/dA)|: to first order, how much the loss moves if the head's output is scaled,
-    so the heads the loss pushes on stand out;
-    the decoding, step by step (greedy, or the beam's best hypothesis and its score), with the next-token
-    probabilities and each step's cross-attention;
-    the positional encodings of the positions used.
-Arrays travel as base64 float32 (exact, and under half the size of the same numbers written out). Past MAX_TOKENS
-tokens a side the input is cut and the page says so: the views draw T x T maps, which would grow past what a browser
-draws at once.
+For (src, tgt), tgt the model's own output unless given, the page gets: every attention map A (H,Tq,Tk) of the
+three stacks, the queries and keys it came from, its mask; after one backward pass of the loss (cross-entropy, no
+label smoothing), dL/dA of each map and each head's share of the gradient reaching the embeddings; the decoding
+step by step (greedy, or each step's beam), with the next-token probabilities and the cross-attention; the
+positional encodings. Arrays travel as base64 float32 (exact, and under half the size of the numbers written out).
+Past MAX_TOKENS tokens a side the input is cut, with a note: the views draw T x T maps.
 """
 
 from __future__ import annotations
@@ -27,7 +21,6 @@ from pathlib import Path
 import numpy
 
 from minitransformer import backend, checks, decoding, fast
-from minitransformer.kit.files import atomic_write
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer
 
@@ -256,35 +249,3 @@ def page(data: dict) -> str:
             f"<title>explain: {title}</title><style>{style}</style></head><body>"
             f"<script type=\"application/json\" id=\"explain-data\">{payload}</script>"
             f"<script>{script}</script></body></html>\n")
-
-
-def inline(data: dict) -> str:
-    """The page for a notebook's output (Jupyter, JupyterLab, VS Code): in an iframe, which keeps the page's script
-    and style apart from the notebook's own."""
-    return (f"<iframe srcdoc=\"{html.escape(page(data))}\" style=\"width:100%;height:760px;border:0\" "
-            f"title=\"minitransformer explain\"></iframe>")
-
-
-def layer_maps(data: dict, stack: str, layer: int) -> tuple:
-    """(attention (H,Tq,Tk) of one layer of a stack, its query labels, its key labels), for a figure."""
-    checks.one_of("Explanation.figure", "stack", stack, STACKS)
-    packed = data["stacks"][stack]["attn"]
-    attn = numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])     # (L,H,Tq,Tk)
-    layer = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
-    rows = data["src"] if stack == "encoder" else data["tgt_out"]          # a decoder query: the token it produces
-    return attn[layer], rows, data["tgt_in"] if stack == "decoder_self" else data["src"]
-
-
-def save(path, data: dict, figure) -> Path:
-    """Write the page (a path ending in .html) or figure(), a matplotlib Figure (.png, .svg, .pdf)."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix in (".html", ".htm"):
-        text = page(data).encode("utf-8")
-        atomic_write(path, lambda f: f.write(text), "page")
-    elif suffix in (".png", ".svg", ".pdf"):
-        fig = figure()
-        atomic_write(path, lambda f: fig.savefig(f, format=suffix[1:], dpi=150, bbox_inches="tight"), "figure")
-    else:
-        raise ValueError(f"Explanation.save: path must end in .html, .png, .svg or .pdf, got {str(path)!r}")
-    return path
