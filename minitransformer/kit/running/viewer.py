@@ -78,25 +78,27 @@ def _catch(caught: dict, m, method, x, *rest):
 
 
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
-    """Loss, logits (T,V), per stack the layers' A, q, k (read from the attention core's cache, which holds them
-    until its backward) and dL/dA, and the heads' paths (``_head_paths``). Parameter gradients stay as they were."""
+    """Loss, logits (T,V) and per stack the layers' A, q, k (read from the attention core's cache, which holds them
+    until its backward), dL/dA, each head's share and |g_h| (``_head_paths``). Parameter gradients stay as they were."""
     grads = [p.grad.copy() for p in model.parameters()]
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
-    host = backend.to_numpy
-    seen = {name: [(host(a.attn[0]), host(a._cache.q[0]), host(a._cache.k[0]), a._cache.scale) for a in cores]
-            for name, cores in _stacks(model).items()}
+    stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
+                     "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale}
+              for name, cores in _stacks(model).items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
     douts = {}                                                 # module -> the dout its backward got
     with _wrapped([model.src_embed, model.tgt_embed, *sum(_stacks(model).values(), [])],
                   functools.partial(_catch, douts)):
         model.backward(loss_fn.backward())
-    layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
-                     for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
-    paths = _head_paths(model, src, tgt_in, douts)
+    for name, cores in _stacks(model).items():
+        stacks[name]["dattn"] = [a.dattn[0] for a in cores]
+        stacks[name] = {key: _pack(backend.xp().stack(v)) if isinstance(v, list) else v for key, v in stacks[name].items()}
+    for name, paths in _head_paths(model, src, tgt_in, douts).items():
+        stacks[name].update(share=paths[..., 0].tolist(), grad_norm=paths[..., 1].tolist())
     for p, g in zip(model.parameters(), grads):
         p.grad[...] = g
-    return loss, backend.to_numpy(logits[0]), layers, paths
+    return loss, backend.to_numpy(logits[0]), stacks
 
 
 def _head_paths(model, src, tgt_in, douts) -> dict:
@@ -132,11 +134,10 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
             return dk + dv                                     # a cross head: to the memory, by keys and values
         return sub.norm.backward(dq + dk + dv) if sub.norm_first else dq + dk + dv
 
-    dy, cross = xp.zeros((0, *seen[dec.layers[0].sublayer_self].shape[1:]), memory.dtype), []
-    for layer in reversed(list(dec.layers)):                   # rows: H a layer, top layer first
-        if len(dy):
-            layer.forward(rows(seen[layer.sublayer_self], len(dy)), rows(memory, len(dy)), tgt_mask, src_mask)
-            dy = layer.backward(dy)[0]
+    dy, cross = seen[dec.layers[-1].sublayer_self][:0], []     # rows: H a layer, top layer first; none at first
+    for layer in reversed(list(dec.layers)):
+        layer.forward(rows(seen[layer.sublayer_self], len(dy)), rows(memory, len(dy)), tgt_mask, src_mask)
+        dy = layer.backward(dy)[0]
         dy = xp.concatenate([dy, own(layer.sublayer_self, layer.self_attn, tgt_mask)])
         cross.insert(0, own(layer.sublayer_cross, layer.cross_attn, src_mask, memory))
     dx = xp.concatenate(cross)                                 # (L*H,S,D), bottom layer first
@@ -146,15 +147,12 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
     for layer in reversed(list(enc.layers)):
         layer.forward(rows(seen[layer.sublayer_attn], len(dx)), src_mask)
         dx = xp.concatenate([layer.backward(dx), own(layer.sublayer_attn, layer.self_attn, src_mask)])
+    g_src, g_tgt = douts[model.src_embed].reshape(-1), douts[model.tgt_embed].reshape(-1)       # (S*D,), (T*D,)
     L, E = len(dec.layers), len(enc.layers)
-    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], douts[model.src_embed]),          # (layers,H,S*D)
-             "decoder_self": (dy.reshape(L, H, -1)[::-1], douts[model.tgt_embed]),
-             "decoder_cross": (dx[:L * H].reshape(L, H, -1), douts[model.src_embed])}
-    out = {}
-    for name, (g_h, g) in parts.items():
-        g = g.reshape(-1)
-        out[name] = backend.to_numpy(xp.stack([(g_h @ g) / (g @ g), xp.sqrt((g_h * g_h).sum(-1))], -1))
-    return out
+    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src), "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt),
+             "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}                     # (layers,H,T*D), bottom first
+    return {name: backend.to_numpy(xp.stack([g_h @ g / (g @ g), xp.sqrt((g_h * g_h).sum(-1))], -1))
+            for name, (g_h, g) in parts.items()}
 
 
 def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam: list, alpha: float, label) -> dict:
@@ -212,7 +210,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             notes.append(f"the output was cut at {limit - 1} tokens")
         target = hyp if given is None else given
         tgt_in, tgt_out = [c.bos_id] + target, target + [c.eos_id]
-        loss, logits, layers, paths = _forward_backward(model, src, tgt_in, tgt_out)
+        loss, logits, stacks = _forward_backward(model, src, tgt_in, tgt_out)
         cross = None                                   # the output's own pass: the decoding is the page's stacks
         if given is not None:                          # the output, teacher-forced: the rows decoding saw
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
@@ -228,13 +226,9 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             "target": "the model's own output" if given is None else "the given target", "loss": loss,
             "notes": notes, "config": {k: getattr(c, k) for k in sizes},
             "tier": "fast" if isinstance(model, fast.Transformer) else "core",
-            "decoding": steps, "output_ids": hyp, "stacks": {}}
-    for name in STACKS:
-        maps = layers[name]
-        data["stacks"][name] = {
-            "mask": _pack(numpy.broadcast_to(masks[name], maps[0]["attn"].shape[1:])),    # (Tq,Tk)
-            "share": paths[name][..., 0].tolist(), "grad_norm": paths[name][..., 1].tolist(), "scale": float(maps[0]["scale"]),
-            **{key: _pack(numpy.stack([m[key] for m in maps])) for key in ("attn", "dattn", "q", "k")}}  # (L,H,T,..)
+            "decoding": steps, "output_ids": hyp, "stacks": stacks}
+    for name, stack in stacks.items():
+        stack["mask"] = _pack(numpy.broadcast_to(masks[name], stack["attn"]["shape"][-2:]))           # (Tq,Tk)
     positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
     data["pe"] = _pack(positions[: max(len(src), len(tgt_in))])                              # (T,D)
     return data
