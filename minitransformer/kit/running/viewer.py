@@ -83,7 +83,8 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     grads = [p.grad.copy() for p in model.parameters()]
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
     stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
-                     "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale}
+                     "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale,
+                     "mask": _pack(backend.xp().broadcast_to(cores[0].mask_layer._cache.mask[0, 0], cores[0].attn.shape[2:]))}
               for name, cores in _stacks(model).items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
@@ -198,9 +199,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     given = None if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
     notes = [f"the source has {len(src)} tokens: the first {limit} are shown"] if len(src) > limit else []
     src = src[:limit]
-    was_training = model.training
-    model.eval()
-    try:
+    with decoding._eval_mode(model):
         beam = []
         search = {"beam_size": beam_size, "alpha": alpha, "steps": beam} if beam_size > 1 else {}
         hyp = (decoding.beam_search if search else decoding.greedy_decode)(model, numpy.asarray([src]),
@@ -216,19 +215,12 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
             cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
         steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam, alpha, tgt_label)
-    finally:
-        model.train(was_training)
-    padding = backend.to_numpy(model.src_mask(numpy.asarray([src]))[0, 0])                  # (1,S)
-    masks = {"encoder": padding, "decoder_cross": padding,
-             "decoder_self": backend.to_numpy(model.tgt_mask(numpy.asarray([tgt_in]))[0, 0])}   # (T,T)
     sizes = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "positional")
     data = {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
             "target": "the model's own output" if given is None else "the given target", "loss": loss,
             "notes": notes, "config": {k: getattr(c, k) for k in sizes},
             "tier": "fast" if isinstance(model, fast.Transformer) else "core",
             "decoding": steps, "output_ids": hyp, "stacks": stacks}
-    for name, stack in stacks.items():
-        stack["mask"] = _pack(numpy.broadcast_to(masks[name], stack["attn"]["shape"][-2:]))           # (Tq,Tk)
     positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
     data["pe"] = _pack(positions[: max(len(src), len(tgt_in))])                              # (T,D)
     return data
