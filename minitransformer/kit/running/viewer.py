@@ -80,11 +80,11 @@ def _catch(caught: dict, m, method, x, *rest):
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     """Loss, logits (T,V) and per stack the layers' A, q, k (read from the attention core's cache, which holds them
     until its backward), dL/dA, each head's share and |g_h| (``_head_paths``). Parameter gradients stay as they were."""
-    grads = [p.grad.copy() for p in model.parameters()]
+    grads, xp = [p.grad.copy() for p in model.parameters()], backend.xp()
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
     stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
                      "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale,
-                     "mask": _pack(backend.xp().broadcast_to(cores[0].mask_layer._cache.mask[0, 0], cores[0].attn.shape[2:]))}
+                     "mask": _pack(xp.broadcast_to(cores[0].mask_layer._cache.mask[0, 0], cores[0].attn.shape[2:]))}
               for name, cores in _stacks(model).items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
@@ -94,7 +94,7 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
         model.backward(loss_fn.backward())
     for name, cores in _stacks(model).items():
         stacks[name]["dattn"] = [a.dattn[0] for a in cores]
-        stacks[name] = {key: _pack(backend.xp().stack(v)) if isinstance(v, list) else v for key, v in stacks[name].items()}
+        stacks[name] = {key: _pack(xp.stack(v)) if isinstance(v, list) else v for key, v in stacks[name].items()}
     for name, paths in _head_paths(model, src, tgt_in, douts).items():
         stacks[name].update(share=paths[..., 0].tolist(), grad_norm=paths[..., 1].tolist())
     for p, g in zip(model.parameters(), grads):
@@ -150,8 +150,9 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
         dx = xp.concatenate([layer.backward(dx), own(layer.sublayer_attn, layer.self_attn, src_mask)])
     g_src, g_tgt = douts[model.src_embed].reshape(-1), douts[model.tgt_embed].reshape(-1)       # (S*D,), (T*D,)
     L, E = len(dec.layers), len(enc.layers)
-    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src), "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt),
-             "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}                     # (layers,H,T*D), bottom first
+    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src),
+             "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt),
+             "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}             # (layers,H,T*D), bottom layer first
     return {name: backend.to_numpy(xp.stack([g_h @ g / (g @ g), xp.sqrt((g_h * g_h).sum(-1))], -1))
             for name, (g_h, g) in parts.items()}
 
