@@ -27,7 +27,6 @@ from minitransformer.model import Transformer
 MAX_TOKENS = 50                  # per side; a longer source or output is cut, with a note on the page
 TOP_K = 5                        # next-token candidates shown at each decoding step
 STACKS = ("encoder", "decoder_self", "decoder_cross")
-HERE = Path(__file__).parent
 
 
 def _pack(x) -> dict:
@@ -104,12 +103,11 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
 
 def _head_paths(model, src, tgt_in, douts) -> dict:
     """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
-    stacks' inputs, Embed * sqrt(D) + PE; the source for encoder and cross heads, the target for decoder self
-    heads) and |g_h|, g_h the part of g on the paths through the head (for a cross head, through its keys and
-    values). The backward pass is linear: g_h is what the head's output gets (douts: the backward pass just run)
-    taken back alone, so a layer's g_h and the paths that miss all its heads add up to g. The heads are rows of
-    a batch, from the top layer down: each row goes back through its own attention, then joins the rows that
-    go through the layers below, run on that many copies of the sentence."""
+    stacks' inputs; the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
+    part of g on the paths through the head (a cross head's: through its keys and values). The backward pass is
+    linear: g_h is the head's own dout (douts) taken back alone, so a layer's g_h and the paths that miss its heads
+    add up to g. Each head is a row of a batch that joins, from the top layer down, the rows going through the
+    layers below, run on that many copies of the sentence."""
     xp, H, enc, dec = backend.xp(), model.config.num_heads, model.encoder, model.decoder
     src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
     src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
@@ -165,9 +163,7 @@ def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam: list, alpha: f
     log_p = logits - logits.max(-1, keepdims=True)
     log_p -= numpy.log(numpy.exp(log_p).sum(-1, keepdims=True))                  # (T,V)
     chosen = hyp + [eos_id if ended else int(log_p[-1].argmax())]     # cut: what it would have said next
-    k = min(TOP_K, log_p.shape[-1])
-    top = numpy.argpartition(-log_p, k - 1, axis=-1)[:, :k]                     # (T,k) the k best, in no order
-    top = numpy.take_along_axis(top, numpy.argsort(-numpy.take_along_axis(log_p, top, -1), axis=-1), -1)  # best first
+    top = numpy.argsort(-log_p, axis=-1)[:, :TOP_K]                             # (T,k) the k best, best first
     steps = [{"token": label([token])[0], "p": float(numpy.exp(log_p[t, token])),
               "top": [[label([int(i)])[0], float(numpy.exp(log_p[t, i]))] for i in top[t]]}
              for t, token in enumerate(chosen)]
@@ -230,7 +226,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
 def page(data: dict) -> str:
     """One self-contained HTML page: the data, the script and the style inline; nothing fetched."""
     payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")    # no "</script>" inside
-    style, script = (HERE / "viewer.css").read_text("utf-8"), (HERE / "viewer.js").read_text("utf-8")
+    style, script = (Path(__file__).with_name(f"viewer.{ext}").read_text("utf-8") for ext in ("css", "js"))
     title = html.escape(" ".join(data["src"]))
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
             f"<title>explain: {title}</title><style>{style}</style></head><body>"

@@ -178,10 +178,8 @@ class Explanation:
 
 
 def explain(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> Explanation:
-    """One sentence through a model (core or fast tier, trained or not), to look inside: every head's attention
-    (head view, model view), the queries and keys behind it, dL/dA after one backward pass of the loss on (src,
-    tgt), the decoding step by step, the masks and positions. Shown inline in a notebook; ``.save("page.html")``
-    writes one offline page, ``.save("fig.png")`` one layer's heads for a slide.
+    """One sentence through a model of either tier, to look inside (see ``viewer``): attention, queries and keys,
+    gradients, decoding, masks and positions, on one offline page; ``Explanation`` shows and saves it.
     src, tgt: texts (with tokenizers=(src_tok, tgt_tok)) or token ids; tgt None: the model's own output, decoded
     greedily or with beam_size > 1 (length penalty alpha)."""
     return Explanation(viewer.build(model, src, tgt, tokenizers=tokenizers, beam_size=beam_size, alpha=alpha))
