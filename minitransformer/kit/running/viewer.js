@@ -262,8 +262,9 @@
       "the loss; blue: raising it lowers the loss. A head's share: of the gradient g reaching the embeddings " +
       "(the source for the encoder and the cross-attention, the target for the decoder's self-attention), the " +
       "part g_h that flows through the head (for a cross head, through its keys and values), as <g_h, g> / |g|²; " +
-      "a layer's heads and the rest (the residual path around them) add up to 100%. A negative share pulls " +
-      "against the whole. |g_h| is the size of the head's part.");
+      "a layer's heads and the rest (the paths around them by the residual connection; for the cross-attention, " +
+      "also those through its queries) add up to 100%. A negative share pulls against the whole. |g_h| is the " +
+      "size of the head's part.");
     const t = S[stack].dattn, H = t.shape[1], lab = labels(stack);
     const pct = v => (100 * v).toFixed(1) + "%";
     let peak = 1e-30;

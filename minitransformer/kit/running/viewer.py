@@ -151,7 +151,7 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
     parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src),
              "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt),
              "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}             # (layers,H,T*D), bottom layer first
-    return {name: backend.to_numpy(xp.stack([g_h @ g / (g @ g), xp.sqrt((g_h * g_h).sum(-1))], -1))
+    return {name: backend.to_numpy(xp.stack([g_h @ g / xp.maximum(g @ g, 1e-30), xp.sqrt((g_h * g_h).sum(-1))], -1))
             for name, (g_h, g) in parts.items()}
 
 
