@@ -105,7 +105,11 @@ def test_fast_and_core_give_the_same_gradient_view():
     for stack in STACKS:
         a, b = (unpack(p["stacks"][stack]["dattn"]) for p in pages)
         np.testing.assert_allclose(a, b, atol=1e-6 * np.abs(a).max(), err_msg=stack)
-        np.testing.assert_allclose(pages[0]["stacks"][stack]["share"], pages[1]["stacks"][stack]["share"], rtol=1e-4)
+        # shares are fractions of one, some near 0: float32 gradients of the two tiers agree to about 1e-6 of g
+        np.testing.assert_allclose(pages[0]["stacks"][stack]["share"], pages[1]["stacks"][stack]["share"], rtol=1e-4,
+                                   atol=1e-5)
+        np.testing.assert_allclose(pages[0]["stacks"][stack]["grad_norm"], pages[1]["stacks"][stack]["grad_norm"],
+                                   rtol=1e-4)
 
 
 def cores_of(model) -> dict:

@@ -126,9 +126,8 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
         x = rows(seen[sub], H)                                                                    # (H,T,D)
         x = sub.norm.forward(x) if sub.norm_first else x
         kv = x if memory is None else rows(memory, H)
-        out = attention.forward(x, kv, kv, mask)
         with _wrapped([attention.attention], lambda core, backward, dout: backward(douts[core] * one_hot)):
-            dq, dk, dv = attention.backward(xp.zeros_like(out))
+            dq, dk, dv = attention.backward(xp.zeros_like(attention.forward(x, kv, kv, mask)))
         if memory is not None:
             return dk + dv                                     # a cross head: to the memory, by keys and values
         return sub.norm.backward(dq + dk + dv) if sub.norm_first else dq + dk + dv
