@@ -243,6 +243,8 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     """
     owner = "beam_search"
     checks.int_in(owner, "beam_size", beam_size, 1, MAX_BEAM)
+    if steps is not None and not isinstance(steps, list):
+        raise TypeError(f"{owner}: steps must be a list (to collect each step in) or None, got {type(steps).__name__}")
     checks.non_negative(owner, "alpha", alpha)
     src, limits = _prepare(owner, model, src, max_len, beam_size, naive)
     c = model.config

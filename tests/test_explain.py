@@ -259,6 +259,8 @@ def test_the_beam_shown_is_what_beam_search_ranks(float64):
     wide = viz.explain(model, SRC, beam_size=20).data["decoding"]["beam"]      # more than the 11 tokens to choose
     assert len(wide[0]) == 11 and json.loads(json.dumps(wide, allow_nan=False)) == wide
     src = np.asarray([SRC, [4, 6, 8, 10, 0]])
+    with pytest.raises(TypeError, match="beam_search: steps must be a list"):
+        mt.decoding.beam_search(model, src, steps=True)
     steps = []
     answers = mt.decoding.beam_search(model, src, beam_size=4, max_len=8, steps=steps)
     for b, answer in enumerate(answers):
