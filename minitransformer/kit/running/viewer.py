@@ -171,7 +171,8 @@ def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam: list, alpha: f
     search = [[[" ".join(label(ids[: ids.index(eos_id) + 1] if eos_id in ids else ids)), float(s), ids == grown[:t + 1]]
                for ids, s in zip(tokens[0].tolist(), scores[0]) if numpy.isfinite(s)]
               for t, (_, tokens, scores) in enumerate(beam)]
-    return {"method": f"beam search, beam {len(beam[0][1][0])}, alpha {alpha:g}" if beam else "greedy",
+    width = len(beam[0][1][0]) if beam else 1                # K: the hypotheses (b,K,t) of the first step
+    return {"method": f"beam search, beam {width}, alpha {alpha:g}" if beam else "greedy",
             "log_p": total, "score": total / float(decoding.length_penalty(len(chosen), alpha)),
             "steps": steps, "beam": search or None, "cross": None if cross is None else _pack(cross)}
 
@@ -212,14 +213,12 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
         steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam, alpha, tgt_label)
     sizes = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "positional")
-    data = {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
+    positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
+    return {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
             "target": "the model's own output" if given is None else "the given target", "loss": loss,
             "notes": notes, "config": {k: getattr(c, k) for k in sizes},
-            "tier": "fast" if isinstance(model, fast.Transformer) else "core",
-            "decoding": steps, "output_ids": hyp, "stacks": stacks}
-    positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
-    data["pe"] = _pack(positions[: max(len(src), len(tgt_in))])                              # (T,D)
-    return data
+            "tier": "fast" if isinstance(model, fast.Transformer) else "core", "decoding": steps, "output_ids": hyp,
+            "stacks": stacks, "pe": _pack(positions[: max(len(src), len(tgt_in))])}                  # pe (T,D)
 
 
 def page(data: dict) -> str:
