@@ -8,8 +8,9 @@ untrained, so greedy decoding runs to the length cap (49 output tokens): the slo
     PYTHONPATH=. python benchmarks/bench_explain.py --browser   # also: each view's drawing time in Chromium
 
 Prints, per length: the tokens shown (source, target), the median wall and CPU seconds of ``viz.explain``
-(decoding, two forward passes, one backward, packing; with one BLAS thread the CPU time is what an idle core would
-take, on a busy machine too), the seconds of writing the HTML, and the page's size in MB. --browser opens the
+(decoding, a forward and a backward pass, each head's part of the gradient taken back to the embeddings, packing;
+with one BLAS thread the CPU time is what an idle core would take, on a busy machine too), the seconds of writing
+the HTML, and the page's size in MB. --browser opens the
 fast tier's page of each length in headless Chromium (Debian's chromium and chromium-driver, through Selenium) and
 prints the milliseconds from navigation to the first view drawn, and those of drawing each view (a tab's click).
 """

@@ -224,7 +224,8 @@ def greedy_decode(model, src, max_len=None, naive: bool = False) -> list:
         return outputs
 
 
-def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None, naive: bool = False) -> list:
+def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None, naive: bool = False,
+                steps=None) -> list:
     """Keep the beam_size best hypotheses per sentence at every step (§6.1: beam 4, alpha 0.6).
 
     A hypothesis Y is scored s(Y) = log P(Y | src) / lp(|Y|), with lp the length penalty above and |Y| its
@@ -236,10 +237,14 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     model, src, max_len, naive   as in ``greedy_decode``
     beam_size                    K, an int in [1, MAX_BEAM]
     alpha                        the length penalty's exponent, >= 0 (0: plain log-probability)
+    steps                        a list, or None: each step appends (sentences, hypotheses (b,K,t), their
+                                 scores s (b,K), best first), to show the search (an ended one repeats EOS)
     Returns a list of B lists of token ids (no BOS, stopped at EOS, EOS excluded).
     """
     owner = "beam_search"
     checks.int_in(owner, "beam_size", beam_size, 1, MAX_BEAM)
+    if steps is not None and not isinstance(steps, list):
+        raise TypeError(f"{owner}: steps must be a list (to collect each step in) or None, got {type(steps).__name__}")
     checks.non_negative(owner, "alpha", alpha)
     src, limits = _prepare(owner, model, src, max_len, beam_size, naive)
     c = model.config
@@ -277,6 +282,8 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
             final = numpy.where(was_ended, final[i, beam], numpy.where(ended, score, -numpy.inf))   # (b,K)
             lengths = numpy.where(was_ended, lengths[i, beam], t + 1)           # (b,K)
             tokens = numpy.concatenate([tokens[i, beam], token[:, :, None]], axis=2)  # (b,K,t+1)
+            if steps is not None:
+                steps.append((rows, tokens, score))
             # Hypotheses still going when their sentence reaches max_len end here, without EOS.
             at_limit = (t + 1 >= limits[rows])[:, None] & ~ended  # (b,K)
             final = numpy.where(at_limit, score, final)

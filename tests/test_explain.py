@@ -105,24 +105,99 @@ def test_fast_and_core_give_the_same_gradient_view():
     for stack in STACKS:
         a, b = (unpack(p["stacks"][stack]["dattn"]) for p in pages)
         np.testing.assert_allclose(a, b, atol=1e-6 * np.abs(a).max(), err_msg=stack)
-        np.testing.assert_allclose(pages[0]["stacks"][stack]["share"], pages[1]["stacks"][stack]["share"], rtol=1e-4)
+        # shares are fractions of one, some near 0: float32 gradients of the two tiers agree to about 1e-6 of g
+        np.testing.assert_allclose(pages[0]["stacks"][stack]["share"], pages[1]["stacks"][stack]["share"], rtol=1e-4,
+                                   atol=1e-5)
+        np.testing.assert_allclose(pages[0]["stacks"][stack]["grad_norm"], pages[1]["stacks"][stack]["grad_norm"],
+                                   rtol=1e-4)
 
 
-def test_share_is_the_first_order_change_of_the_loss_when_a_head_is_scaled(float64, monkeypatch):
-    """share = |sum(A * dL/dA)|: scaling head h's weights by (1 + eps) moves the loss by eps * sum(A * dL/dA)."""
+def cores_of(model) -> dict:
+    return {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],
+            "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],
+            "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
+
+
+def embedding_gradients(model, monkeypatch, core=None, keep=None) -> dict:
+    """One backward pass of the loss of (SRC, TGT) in eval mode -> the gradients reaching the source and target
+    embeddings (the stacks' inputs) and each core's dout. With core and keep (H,) given: of that core's gradient
+    only the heads' parts keep selects go on, dout for a self-attention, dk and dv for the cross-attention."""
+    model.eval()
+    caught = {}
+    for m in (model.src_embed, model.tgt_embed, *sum(cores_of(model).values(), [])):
+        def catch(dout, m=m, backward=m.backward):
+            caught[m] = dout.copy()
+            if m is not core:
+                return backward(dout)
+            keep_h = np.asarray(keep, float)[None, :, None, None]
+            if any(core is layer.cross_attn.attention for layer in model.decoder.layers):
+                dq, dk, dv = backward(dout)
+                return dq, dk * keep_h, dv * keep_h
+            return backward(dout * keep_h)
+        monkeypatch.setattr(m, "backward", catch)
+    logits = model(np.asarray([SRC]), np.asarray([[1] + TGT]))
+    loss_fn = mt.CrossEntropyLoss(ignore_index=model.config.pad_id)
+    loss_fn(logits, np.asarray([TGT + [2]]))
+    model.backward(loss_fn.backward())
+    monkeypatch.undo()
+    return caught
+
+
+@pytest.mark.parametrize("tier", ["core", "fast"])
+def test_the_heads_and_the_rest_add_up_to_the_gradient_at_the_embeddings(float64, monkeypatch, tier):
+    """For every layer: g = sum of g_h + r, g_h the part of g through head h (a backward pass keeping head h's
+    gradient alone, less one keeping none), r the paths that miss every head (the pass keeping none); the page's
+    share <g_h, g> / |g|^2 and |g_h| are those of g_h."""
+    model = (mt.Transformer if tier == "core" else mt.fast.Transformer)(small_config(norm_first=tier == "fast"))
+    data = viz.explain(model, SRC, TGT).data
+    full = embedding_gradients(model, monkeypatch)
+    H = model.config.num_heads
+    for stack, cores in cores_of(model).items():
+        g = full[model.tgt_embed if stack == "decoder_self" else model.src_embed].ravel()
+        for i, core in enumerate(cores):
+            def at_embeddings(keep, core=core):
+                caught = embedding_gradients(model, monkeypatch, core, keep)
+                return caught[model.tgt_embed if stack == "decoder_self" else model.src_embed].ravel()
+            rest = at_embeddings(np.zeros(H))
+            heads = [at_embeddings(np.eye(H)[h]) - rest for h in range(H)]
+            np.testing.assert_allclose(sum(heads) + rest, g, rtol=0, atol=1e-12 * np.abs(g).max())
+            assert max(np.abs(h).max() for h in heads) > 1e-3 * np.abs(g).max(), f"{stack} {i}: no head matters"
+            np.testing.assert_allclose(data["stacks"][stack]["share"][i], [h @ g / (g @ g) for h in heads],
+                                       rtol=1e-9, atol=1e-12, err_msg=f"{stack} layer {i}")
+            np.testing.assert_allclose(data["stacks"][stack]["grad_norm"][i], [np.linalg.norm(h) for h in heads],
+                                       rtol=1e-9, err_msg=f"{stack} layer {i}")
+
+
+@pytest.mark.parametrize("stack, layer, head", [("encoder", 1, 2), ("decoder_self", 1, 0), ("decoder_cross", 0, 1)])
+def test_a_heads_part_is_the_finite_difference_of_its_output(float64, monkeypatch, stack, layer, head):
+    """g_h = (d o_h / d x)^T dL/do_h, o_h the head's output: every path through the head is a path from the
+    embeddings x to o_h, then one from o_h to the loss. Moving x one coordinate at a time (central differences)
+    gives d o_h / d x; with dL/do_h caught in a backward pass, g_h, then the page's share and |g_h|.
+    (The cross-attention of layer 0: its queries do not depend on the source, so all its source paths go
+    through its keys and values, which is what the page counts.)"""
     model = mt.Transformer(small_config())
     data = viz.explain(model, SRC, TGT).data
-    model.eval()
-    core = model.encoder.layers[0].self_attn.attention
-    softmax, eps, losses = type(core.softmax).forward, 1e-6, []
-    for sign in (1, -1):
-        def scaled(x, sign=sign):
-            p = softmax(core.softmax, x).copy()
-            p[:, 2] *= 1 + sign * eps
-            return p
-        monkeypatch.setattr(core.softmax, "forward", scaled)
-        losses.append(loss_of(model, SRC, [1] + TGT, TGT + [2]))
-    assert data["stacks"]["encoder"]["share"][0][2] == pytest.approx(abs(losses[0] - losses[1]) / (2 * eps), rel=1e-4)
+    caught = embedding_gradients(model, monkeypatch)
+    core = cores_of(model)[stack][layer]
+    side = model.tgt_pos if stack == "decoder_self" else model.src_pos
+    g = caught[model.tgt_embed if stack == "decoder_self" else model.src_embed]
+    dout = caught[core][0, head]                                          # dL/do_h (Tq,Dv)
+    forward, eps, g_h = type(side).forward, 1e-6, np.zeros_like(g)
+    for index in np.ndindex(*g.shape):
+        outputs = []
+        for sign in (1, -1):
+            def moved(x, offset=0, sign=sign, index=index):
+                out = forward(side, x, offset).copy()
+                out[index] += sign * eps
+                return out
+            monkeypatch.setattr(side, "forward", moved)
+            model(np.asarray([SRC]), np.asarray([[1] + TGT]))
+            outputs.append(core.attn[0, head] @ core._cache.v[0, head])        # o_h = A_h V_h (Tq,Dv)
+            monkeypatch.undo()
+        g_h[index] = ((outputs[0] - outputs[1]) / (2 * eps) * dout).sum()
+    assert np.abs(g_h).max() > 1e-4, "the head barely reaches the embeddings: the check would prove nothing"
+    assert data["stacks"][stack]["share"][layer][head] == pytest.approx((g_h * g).sum() / (g * g).sum(), rel=1e-6)
+    assert data["stacks"][stack]["grad_norm"][layer][head] == pytest.approx(np.linalg.norm(g_h), rel=1e-6)
 
 
 def test_the_model_is_left_as_it_was():
@@ -158,6 +233,40 @@ def test_decoding_steps_are_the_greedy_output_and_their_probabilities():
     assert beam["output_ids"] == mt.decoding.beam_search(model, np.asarray([SRC]), beam_size=3,
                                                          max_len=viewer.MAX_TOKENS - 1)[0]
     assert beam["decoding"]["method"].startswith("beam search, beam 3")
+
+
+def test_the_beam_shown_is_what_beam_search_ranks(float64):
+    """Each step's hypotheses on the page, best first, with their scores s = log P(Y) / lp(|Y|) recomputed by
+    feeding each one through the model; the output grows from the one marked, and beam search's own answer for
+    each sentence of a batch is the best of its last step."""
+    model = mt.Transformer(small_config(max_len=12))
+    model.eval()
+    data = viz.explain(model, SRC, beam_size=3, alpha=0.6).data
+    beam, out = data["decoding"]["beam"], data["output_ids"]
+    assert len(beam) == len(out) + 1 or len(out) == 11 and len(beam) == 11
+    for t, hyps in enumerate(beam):
+        assert len(hyps) == 3 and [h[1] for h in hyps] == sorted((h[1] for h in hyps), reverse=True), t
+        assert [h[2] for h in hyps].count(True) == 1, f"step {t}: one hypothesis is the output's start"
+        for text, score, grows in hyps:
+            ids = [2 if token == "<eos>" else int(token) for token in text.split()]
+            assert grows == (ids == (out + [2])[:len(ids)] and (len(ids) == t + 1 or ids[-1] == 2)), (t, text)
+            logits = model(np.asarray([SRC]), np.asarray([[1] + ids[:-1]]))[0]
+            log_p = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - \
+                logits.max(-1, keepdims=True)
+            expected = log_p[np.arange(len(ids)), ids].sum() / mt.decoding.length_penalty(len(ids), 0.6)
+            assert score == pytest.approx(expected, rel=1e-9), (t, text)
+    assert beam[-1][0][2], "the output is the best hypothesis of the last step"
+    wide = viz.explain(model, SRC, beam_size=20).data["decoding"]["beam"]      # more than the 11 tokens to choose
+    assert len(wide[0]) == 11 and json.loads(json.dumps(wide, allow_nan=False)) == wide
+    src = np.asarray([SRC, [4, 6, 8, 10, 0]])
+    with pytest.raises(TypeError, match="beam_search: steps must be a list"):
+        mt.decoding.beam_search(model, src, steps=True)
+    steps = []
+    answers = mt.decoding.beam_search(model, src, beam_size=4, max_len=8, steps=steps)
+    for b, answer in enumerate(answers):
+        rows, tokens, scores = next(step for step in reversed(steps) if b in step[0])     # its last step
+        best = tokens[list(rows).index(b), 0].tolist()
+        assert best[:len(answer)] == answer and best[len(answer):len(answer) + 1] in ([2], [])
 
 
 def test_long_inputs_are_cut_with_a_note():

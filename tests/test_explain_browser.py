@@ -114,11 +114,23 @@ def test_every_view_draws_without_errors_and_fetches_nothing(page):
 def test_a_page_of_the_models_own_beam_output_draws_too(browser, tmp_path):
     """No target given: the gradient is of the model's own output, the decoding a beam's, and a longer source."""
     model = mt.fast.Transformer(small_config())
-    open_page(browser, viz.explain(model, [4 + i % 7 for i in range(30)], beam_size=3), tmp_path / "own.html")
+    explanation = viz.explain(model, [4 + i % 7 for i in range(30)], beam_size=3)
+    open_page(browser, explanation, tmp_path / "own.html")
     for view in VIEWS:
         not_blank(show(browser, view).screenshot_as_png)
         assert not errors(browser), view
     assert "beam search, beam 3" in show(browser, "decoding").text
+    # the beam, step by step: each hypothesis and its score, the one the output grows from in bold
+    shown = browser.execute_script("return [...document.querySelectorAll('#beam-table tr')].map(tr => "
+                                   "[...tr.querySelectorAll('td')].map(td => [td.textContent, "
+                                   "getComputedStyle(td).fontWeight]))")
+    beam = explanation.data["decoding"]["beam"]
+    assert len(shown) == len(beam) >= len(explanation.data["output_ids"])
+    for t, (cells, hyps) in enumerate(zip(shown, beam)):
+        assert [c[0].split() for c in cells] == [text.split() + [f"{score:.3f}"] for text, score, _ in hyps], t
+        assert [c[1] == "700" for c in cells] == [grows for *_, grows in hyps], t
+    best = shown[-1][0][0].split()[:-1]                                 # the output, with <eos> if it ended
+    assert best[:len(explanation.data["output_ids"])] == explanation.data["tgt_out"][:-1] and shown[-1][0][1] == "700"
 
 
 def test_hovering_a_token_shows_its_row_alone(page):
@@ -178,6 +190,24 @@ def test_the_gradient_shown_is_the_finite_difference_dattn(page, monkeypatch):
     numeric = numeric_dattn(model, model.decoder.layers[-1].cross_attn.attention, 0, monkeypatch)
     assert np.abs(numeric).max() > 1e-4
     np.testing.assert_allclose(shown, numeric, atol=1e-5 * np.abs(numeric).max())
+
+
+def test_the_shares_shown_are_the_pages_and_add_up(page, small_page):
+    """The gradient view's table: each head's share of the gradient at the embeddings, as the data holds it, and
+    the rest, so that every layer's row adds up to 100%."""
+    browser, _ = page
+    show(browser, "gradient")
+    rows = browser.execute_script("return [...document.querySelectorAll('#share-table tr')].slice(1).map(tr => "
+                                  "[...tr.querySelectorAll('td')].map(td => td.textContent))")
+    data = viz.explain(small_page[1], SRC, TGT).data["stacks"]
+    expected = [(share, data[stack]["grad_norm"][i]) for stack in ("encoder", "decoder_self", "decoder_cross")
+                for i, share in enumerate(data[stack]["share"])]
+    assert len(rows) == len(expected) == 6
+    for cells, (share, norm) in zip(rows, expected):
+        percents = [float(c.split("%")[0]) for c in cells]
+        np.testing.assert_allclose(percents[:-1], 100 * np.asarray(share), atol=0.051)
+        np.testing.assert_allclose([float(c.split("(")[1].rstrip(")")) for c in cells[:-1]], norm, rtol=0.051)
+        assert sum(percents) == pytest.approx(100, abs=0.05 * len(percents))
 
 
 def test_each_view_exports_a_png_or_an_svg(page):

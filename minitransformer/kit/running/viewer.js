@@ -1,6 +1,6 @@
 // The viewer: one sentence through a minitransformer model, drawn from the data viewer.py packs into the page.
 // Plain DOM, SVG and canvas; no library, nothing fetched. Every view reads the same stacks of arrays:
-// attn and dattn (L,H,Tq,Tk), q and k (L,H,T,Dk), mask (Tq,Tk), share (L,H).
+// attn and dattn (L,H,Tq,Tk), q and k (L,H,T,Dk), mask (Tq,Tk), share and grad_norm (L,H).
 "use strict";
 (function () {
   const D = JSON.parse(document.getElementById("explain-data").textContent);
@@ -29,7 +29,7 @@
   for (const name of Object.keys(D.stacks)) {
     const s = D.stacks[name];
     S[name] = {attn: unpack(s.attn), dattn: unpack(s.dattn), q: unpack(s.q), k: unpack(s.k),
-      mask: unpack(s.mask), share: s.share, scale: s.scale};
+      mask: unpack(s.mask), share: s.share, grad_norm: s.grad_norm, scale: s.scale};
   }
   window.explainData = {D, S, matrix};        // for readers who open the console, and for the tests
 
@@ -255,14 +255,18 @@
     });
   }
 
-  // -- gradient: dL/dA of every head of a layer, and each head's share -------------------------------------------
+  // -- gradient: dL/dA of every head of a layer, and each head's share of the gradient at the embeddings ----------
   function renderGradient(sec, stack, layer) {
     el("p", {class: "help"}, sec, `After one backward pass of the loss (${D.loss.toFixed(4)}, cross-entropy on ` +
       `${D.target}): dL/dA for each head of ${STACK_NAMES[stack]}, layer ${layer}. Red: raising that weight raises ` +
-      "the loss; blue: raising it lowers the loss. The share is |sum(A * dL/dA)| of the head over all heads: to " +
-      "first order, how much the loss moves if the head's output is scaled.");
+      "the loss; blue: raising it lowers the loss. A head's share: of the gradient g reaching the embeddings " +
+      "(the source for the encoder and the cross-attention, the target for the decoder's self-attention), the " +
+      "part g_h that flows through the head (for a cross head, through its keys and values), as <g_h, g> / |g|²; " +
+      "a layer's heads and the rest (the paths around them by the residual connection; for the cross-attention, " +
+      "also those through its queries) add up to 100%. A negative share pulls against the whole. |g_h| is the " +
+      "size of the head's part.");
     const t = S[stack].dattn, H = t.shape[1], lab = labels(stack);
-    const all = Object.values(S).reduce((x, s) => x + s.share.flat().reduce((a, b) => a + b, 0), 0) || 1;
+    const pct = v => (100 * v).toFixed(1) + "%";
     let peak = 1e-30;
     for (let h = 0; h < H; h++) {
       const m = matrix(t, layer, h);
@@ -276,20 +280,21 @@
     for (let h = 0; h < H; h++) {
       const m = matrix(t, layer, h), x = x0 + (h % per) * w, y = h0 + Math.floor(h / per) * hh;
       const shown = cell >= 7 ? {rows: h % per ? [] : lab.rows, cols: lab.cols} : null;   // labels when they fit
-      heatmap(ctx, x, y, m, cell, v => diverging(v / peak), shown,
-        `head ${h}: share ${(100 * S[stack].share[layer][h] / all).toFixed(1)}%`);
+      heatmap(ctx, x, y, m, cell, v => diverging(v / peak), shown, `head ${h}: share ${pct(S[stack].share[layer][h])}`);
     }
     ctx.fillStyle = "#222"; ctx.textAlign = "left";
     ctx.fillText(`colour scale ±${peak.toExponential(2)}`, x0, ctx.canvas.height - 6);
-    const table = el("table", {class: "share"}, sec), head = el("tr", {}, table);
-    el("th", {}, head, "share of each head");
+    const table = el("table", {class: "share", id: "share-table"}, sec), head = el("tr", {}, table);
+    el("th", {}, head, "share of each head (|g_h|)");
     for (let h = 0; h < H; h++) el("th", {}, head, `head ${h}`);
+    el("th", {}, head, "rest");
     for (const [name, s] of Object.entries(S))
       s.share.forEach((row, l) => {
         const tr = el("tr", {}, table);
         el("th", {}, tr, `${name}, layer ${l}`);
-        row.forEach(v => el("td", {style: `background:${diverging(Math.min(1, 4 * v / all))}`}, tr,
-          (100 * v / all).toFixed(1) + "%"));
+        row.forEach((v, h) => el("td", {style: `background:${diverging(v)}`}, tr,
+          `${pct(v)} (${s.grad_norm[l][h].toExponential(1)})`));
+        el("td", {}, tr, pct(1 - row.reduce((a, b) => a + b, 0)));
       });
   }
 
@@ -325,6 +330,16 @@
     D.src.forEach((tok, j) => {
       ctx.save(); ctx.translate(x0 + (j + 0.5) * cell + 4, y0 - 4); ctx.rotate(-Math.PI / 2); ctx.fillText(tok, 0, 0);
       ctx.restore();
+    });
+    if (!dec.beam) return;
+    el("p", {class: "help"}, sec, "The beam after each step: its hypotheses, best first, each with its score " +
+      "(log P over the length penalty; a hypothesis that ended keeps its score). In bold the one the output grows " +
+      "from: its tokens are the rows above, each beside its cross-attention.");
+    const table = el("table", {class: "beam", id: "beam-table"}, sec);
+    dec.beam.forEach((hyps, t) => {
+      const tr = el("tr", {}, table);
+      el("th", {}, tr, `${t}`);
+      hyps.forEach(([text, score, grows]) => el("td", {class: grows ? "grows" : ""}, tr, `${text}  ${score.toFixed(3)}`));
     });
   }
   let crossCache = null;

@@ -1,23 +1,19 @@
 """The viewer's data: one sentence through any model of this package (core or fast tier), packed for a page that
-runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``, which shows itself
-in a notebook and saves the page or, for slides, a figure of one layer's heads.
+runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``.
 
-What the page gets, for (src, tgt) with tgt the model's own output unless given:
-    every attention map A (H,Tq,Tk) of the three stacks, the queries q and keys k it came from, the mask it used;
-    dL/dA of each map after one backward pass of the loss (cross-entropy, no label smoothing) on (src, tgt);
-    each head's share |sum(A * dL/dA)|: to first order, how much the loss moves if the head's output is scaled,
-    so the heads the loss pushes on stand out;
-    the decoding, step by step (greedy, or the beam's best hypothesis and its score), with the next-token
-    probabilities and each step's cross-attention;
-    the positional encodings of the positions used.
-Arrays travel as base64 float32 (exact, and under half the size of the same numbers written out). Past MAX_TOKENS
-tokens a side the input is cut and the page says so: the views draw T x T maps, which would grow past what a browser
-draws at once.
+For (src, tgt), tgt the model's own output unless given, the page gets: every attention map A (H,Tq,Tk) of the
+three stacks, the queries and keys it came from, its mask; after one backward pass of the loss (cross-entropy, no
+label smoothing), dL/dA of each map and each head's share of the gradient reaching the embeddings; the decoding
+step by step (greedy, or each step's beam), with the next-token probabilities and the cross-attention; the
+positional encodings. Arrays travel as base64 float32 (exact, and under half the size of the numbers written out).
+Past MAX_TOKENS tokens a side the input is cut, with a note: the views draw T x T maps.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import html
 import json
 from pathlib import Path
@@ -25,14 +21,12 @@ from pathlib import Path
 import numpy
 
 from minitransformer import backend, checks, decoding, fast
-from minitransformer.kit.files import atomic_write
 from minitransformer.loss import CrossEntropyLoss
 from minitransformer.model import Transformer
 
 MAX_TOKENS = 50                  # per side; a longer source or output is cut, with a note on the page
 TOP_K = 5                        # next-token candidates shown at each decoding step
 STACKS = ("encoder", "decoder_self", "decoder_cross")
-HERE = Path(__file__).parent
 
 
 def _pack(x) -> dict:
@@ -65,41 +59,122 @@ def _stacks(model) -> dict:
             "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
 
 
+@contextlib.contextmanager
+def _wrapped(modules, f, name: str = "backward"):
+    """Inside the block, each module's method ``name`` runs f(module, the method, its arguments) instead."""
+    for m in modules:
+        vars(m)[name] = functools.partial(f, m, getattr(type(m), name).__get__(m))
+    try:
+        yield
+    finally:
+        for m in modules:
+            del vars(m)[name]
+
+
+def _catch(caught: dict, m, method, x, *rest):
+    caught[m] = x
+    return method(x, *rest)
+
+
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
-    """Loss, logits (T,V), and per stack the layers' A, q, k (read from the attention core's cache, which holds
-    them until its backward) and dL/dA. Parameter gradients are put back as they were."""
-    grads = [p.grad.copy() for p in model.parameters()]
+    """Loss, logits (T,V) and per stack the layers' A, q, k (read from the attention core's cache, which holds them
+    until its backward), dL/dA, each head's share and |g_h| (``_head_paths``). Parameter gradients stay as they were."""
+    grads, xp = [p.grad.copy() for p in model.parameters()], backend.xp()
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
-    host = backend.to_numpy
-    seen = {name: [(host(a.attn[0]), host(a._cache.q[0]), host(a._cache.k[0]), a._cache.scale) for a in cores]
-            for name, cores in _stacks(model).items()}
+    stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
+                     "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale,
+                     "mask": _pack(xp.broadcast_to(cores[0].mask_layer._cache.mask[0, 0], cores[0].attn.shape[2:]))}
+              for name, cores in _stacks(model).items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
-    model.backward(loss_fn.backward())
+    douts = {}                                                 # module -> the dout its backward got
+    with _wrapped([model.src_embed, model.tgt_embed, *sum(_stacks(model).values(), [])],
+                  functools.partial(_catch, douts)):
+        model.backward(loss_fn.backward())
+    for name, cores in _stacks(model).items():
+        stacks[name]["dattn"] = [a.dattn[0] for a in cores]
+        stacks[name] = {key: _pack(xp.stack(v)) if isinstance(v, list) else v for key, v in stacks[name].items()}
+    for name, paths in _head_paths(model, src, tgt_in, douts).items():
+        stacks[name].update(share=paths[..., 0].tolist(), grad_norm=paths[..., 1].tolist())
     for p, g in zip(model.parameters(), grads):
         p.grad[...] = g
-    layers = {name: [{"attn": a, "q": q, "k": k, "scale": scale, "dattn": host(core.dattn[0])}
-                     for (a, q, k, scale), core in zip(seen[name], cores)] for name, cores in _stacks(model).items()}
-    return loss, backend.to_numpy(logits[0]), layers
+    return loss, backend.to_numpy(logits[0]), stacks
 
 
-def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam_size: int, alpha: float, label) -> dict:
+def _head_paths(model, src, tgt_in, douts) -> dict:
+    """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
+    stacks' inputs; the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
+    part of g on the paths through the head (a cross head's: through its keys and values). The backward pass is
+    linear: g_h is the head's own dout (douts) taken back alone, so a layer's g_h and the paths that miss its heads
+    add up to g. Each head is a row of a batch that joins, from the top layer down, the rows going through the
+    layers below, run on that many copies of the sentence."""
+    xp, H, enc, dec = backend.xp(), model.config.num_heads, model.encoder, model.decoder
+    src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
+    src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
+    seen = {}                                                  # sublayer (or norm) -> its input (1,T,D)
+    watched = [layer.sublayer_attn for layer in enc.layers] + [enc.norm] * (enc.norm is not None) + \
+        [sub for layer in dec.layers for sub in (layer.sublayer_self, layer.sublayer_cross)]
+    with _wrapped(watched, functools.partial(_catch, seen), "forward"):
+        memory = enc.forward(model.src_pos.forward(model.src_embed.forward(src)), src_mask)          # (1,S,D)
+        dec.forward(model.tgt_pos.forward(model.tgt_embed.forward(tgt)), memory, tgt_mask, src_mask)
+    one_hot = xp.eye(H, dtype=memory.dtype)[:, :, None, None]                                     # (H,H,1,1)
+
+    def rows(x, n):
+        return xp.repeat(x, n, axis=0)
+
+    def own(sub, attention, mask, memory=None):        # row h: head h's part alone, back to the sublayer's input
+        x = rows(seen[sub], H)                                                                    # (H,T,D)
+        x = sub.norm.forward(x) if sub.norm_first else x
+        kv = x if memory is None else rows(memory, H)
+        with _wrapped([attention.attention], lambda core, backward, dout: backward(douts[core] * one_hot)):
+            dq, dk, dv = attention.backward(xp.zeros_like(attention.forward(x, kv, kv, mask)))
+        if memory is not None:
+            return dk + dv                                     # a cross head: to the memory, by keys and values
+        return sub.norm.backward(dq + dk + dv) if sub.norm_first else dq + dk + dv
+
+    dy, cross = seen[dec.layers[-1].sublayer_self][:0], []     # rows: H a layer, top layer first; none at first
+    for layer in reversed(list(dec.layers)):
+        layer.forward(rows(seen[layer.sublayer_self], len(dy)), rows(memory, len(dy)), tgt_mask, src_mask)
+        dy = layer.backward(dy)[0]
+        dy = xp.concatenate([dy, own(layer.sublayer_self, layer.self_attn, tgt_mask)])
+        cross.insert(0, own(layer.sublayer_cross, layer.cross_attn, src_mask, memory))
+    dx = xp.concatenate(cross)                                 # (L*H,S,D), bottom layer first
+    if enc.norm is not None:
+        enc.norm.forward(rows(seen[enc.norm], len(dx)))
+        dx = enc.norm.backward(dx)
+    for layer in reversed(list(enc.layers)):
+        layer.forward(rows(seen[layer.sublayer_attn], len(dx)), src_mask)
+        dx = xp.concatenate([layer.backward(dx), own(layer.sublayer_attn, layer.self_attn, src_mask)])
+    g_src, g_tgt = douts[model.src_embed].reshape(-1), douts[model.tgt_embed].reshape(-1)       # (S*D,), (T*D,)
+    L, E = len(dec.layers), len(enc.layers)
+    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src),
+             "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt),
+             "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}             # (layers,H,T*D), bottom layer first
+    return {name: backend.to_numpy(xp.stack([g_h @ g / xp.maximum(g @ g, 1e-30), xp.sqrt((g_h * g_h).sum(-1))], -1))
+            for name, (g_h, g) in parts.items()}
+
+
+def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam: list, alpha: float, label) -> dict:
     """The output step by step, from the logits (T,V) of the decoder fed [BOS] + hyp: at step t the token chosen and
     the TOP_K most probable next tokens; cross (L,H,T,S), the cross-attention of those steps, when it is not the
-    page's decoder_cross stack already (a given target)."""
+    page's decoder_cross stack already (a given target); beam, what beam search's steps argument collected: each
+    step's hypotheses [text up to EOS, score, whether the output grows from it], those with a finite score."""
     log_p = logits - logits.max(-1, keepdims=True)
     log_p -= numpy.log(numpy.exp(log_p).sum(-1, keepdims=True))                  # (T,V)
     chosen = hyp + [eos_id if ended else int(log_p[-1].argmax())]     # cut: what it would have said next
-    k = min(TOP_K, log_p.shape[-1])
-    top = numpy.argpartition(-log_p, k - 1, axis=-1)[:, :k]                     # (T,k) the k best, in no order
-    top = numpy.take_along_axis(top, numpy.argsort(-numpy.take_along_axis(log_p, top, -1), axis=-1), -1)  # best first
+    top = numpy.argsort(-log_p, axis=-1)[:, :TOP_K]                             # (T,k) the k best, best first
     steps = [{"token": label([token])[0], "p": float(numpy.exp(log_p[t, token])),
               "top": [[label([int(i)])[0], float(numpy.exp(log_p[t, i]))] for i in top[t]]}
              for t, token in enumerate(chosen)]
     total = float(sum(log_p[t, token] for t, token in enumerate(chosen)))
-    return {"method": "greedy" if beam_size == 1 else f"beam search, beam {beam_size}, alpha {alpha:g}",
+    grown = chosen + [eos_id] * len(beam)                     # an ended hypothesis is fed EOS from then on
+    search = [[[" ".join(label(ids[: ids.index(eos_id) + 1] if eos_id in ids else ids)), float(s), ids == grown[:t + 1]]
+               for ids, s in zip(tokens[0].tolist(), scores[0]) if numpy.isfinite(s)]
+              for t, (_, tokens, scores) in enumerate(beam)]
+    width = len(beam[0][1][0]) if beam else 1                # K: the hypotheses (b,K,t) of the first step
+    return {"method": f"beam search, beam {width}, alpha {alpha:g}" if beam else "greedy",
             "log_p": total, "score": total / float(decoding.length_penalty(len(chosen), alpha)),
-            "steps": steps, "cross": None if cross is None else _pack(cross)}
+            "steps": steps, "beam": search or None, "cross": None if cross is None else _pack(cross)}
 
 
 def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> dict:
@@ -121,10 +196,9 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     given = None if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
     notes = [f"the source has {len(src)} tokens: the first {limit} are shown"] if len(src) > limit else []
     src = src[:limit]
-    was_training = model.training
-    model.eval()
-    try:
-        search = {"beam_size": beam_size, "alpha": alpha} if beam_size > 1 else {}
+    with decoding._eval_mode(model):
+        beam = []
+        search = {"beam_size": beam_size, "alpha": alpha, "steps": beam} if beam_size > 1 else {}
         hyp = (decoding.beam_search if search else decoding.greedy_decode)(model, numpy.asarray([src]),
                                                                           max_len=limit - 1, **search)[0]
         ended = len(hyp) < limit - 1
@@ -132,74 +206,27 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             notes.append(f"the output was cut at {limit - 1} tokens")
         target = hyp if given is None else given
         tgt_in, tgt_out = [c.bos_id] + target, target + [c.eos_id]
-        loss, logits, layers = _forward_backward(model, src, tgt_in, tgt_out)
+        loss, logits, stacks = _forward_backward(model, src, tgt_in, tgt_out)
         cross = None                                   # the output's own pass: the decoding is the page's stacks
         if given is not None:                          # the output, teacher-forced: the rows decoding saw
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
             cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
-        steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam_size, alpha,
-                          tgt_label)
-    finally:
-        model.train(was_training)
-    padding = backend.to_numpy(model.src_mask(numpy.asarray([src]))[0, 0])                  # (1,S)
-    masks = {"encoder": padding, "decoder_cross": padding,
-             "decoder_self": backend.to_numpy(model.tgt_mask(numpy.asarray([tgt_in]))[0, 0])}   # (T,T)
+        steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam, alpha, tgt_label)
     sizes = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "positional")
-    data = {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
+    positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
+    return {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
             "target": "the model's own output" if given is None else "the given target", "loss": loss,
             "notes": notes, "config": {k: getattr(c, k) for k in sizes},
-            "tier": "fast" if isinstance(model, fast.Transformer) else "core",
-            "decoding": steps, "output_ids": hyp, "stacks": {}}
-    for name in STACKS:
-        maps = layers[name]
-        share = numpy.stack([numpy.abs((m["attn"] * m["dattn"]).sum(axis=(1, 2))) for m in maps])   # (L,H)
-        data["stacks"][name] = {
-            "mask": _pack(numpy.broadcast_to(masks[name], maps[0]["attn"].shape[1:])),    # (Tq,Tk)
-            "share": share.tolist(), "scale": float(maps[0]["scale"]),
-            **{key: _pack(numpy.stack([m[key] for m in maps])) for key in ("attn", "dattn", "q", "k")}}  # (L,H,T,..)
-    positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
-    data["pe"] = _pack(positions[: max(len(src), len(tgt_in))])                              # (T,D)
-    return data
+            "tier": "fast" if isinstance(model, fast.Transformer) else "core", "decoding": steps, "output_ids": hyp,
+            "stacks": stacks, "pe": _pack(positions[: max(len(src), len(tgt_in))])}                  # pe (T,D)
 
 
 def page(data: dict) -> str:
     """One self-contained HTML page: the data, the script and the style inline; nothing fetched."""
     payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")    # no "</script>" inside
-    style, script = (HERE / "viewer.css").read_text("utf-8"), (HERE / "viewer.js").read_text("utf-8")
+    style, script = (Path(__file__).with_name(f"viewer.{ext}").read_text("utf-8") for ext in ("css", "js"))
     title = html.escape(" ".join(data["src"]))
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
             f"<title>explain: {title}</title><style>{style}</style></head><body>"
             f"<script type=\"application/json\" id=\"explain-data\">{payload}</script>"
             f"<script>{script}</script></body></html>\n")
-
-
-def inline(data: dict) -> str:
-    """The page for a notebook's output (Jupyter, JupyterLab, VS Code): in an iframe, which keeps the page's script
-    and style apart from the notebook's own."""
-    return (f"<iframe srcdoc=\"{html.escape(page(data))}\" style=\"width:100%;height:760px;border:0\" "
-            f"title=\"minitransformer explain\"></iframe>")
-
-
-def layer_maps(data: dict, stack: str, layer: int) -> tuple:
-    """(attention (H,Tq,Tk) of one layer of a stack, its query labels, its key labels), for a figure."""
-    checks.one_of("Explanation.figure", "stack", stack, STACKS)
-    packed = data["stacks"][stack]["attn"]
-    attn = numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])     # (L,H,Tq,Tk)
-    layer = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
-    rows = data["src"] if stack == "encoder" else data["tgt_out"]          # a decoder query: the token it produces
-    return attn[layer], rows, data["tgt_in"] if stack == "decoder_self" else data["src"]
-
-
-def save(path, data: dict, figure) -> Path:
-    """Write the page (a path ending in .html) or figure(), a matplotlib Figure (.png, .svg, .pdf)."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix in (".html", ".htm"):
-        text = page(data).encode("utf-8")
-        atomic_write(path, lambda f: f.write(text), "page")
-    elif suffix in (".png", ".svg", ".pdf"):
-        fig = figure()
-        atomic_write(path, lambda f: fig.savefig(f, format=suffix[1:], dpi=150, bbox_inches="tight"), "figure")
-    else:
-        raise ValueError(f"Explanation.save: path must end in .html, .png, .svg or .pdf, got {str(path)!r}")
-    return path

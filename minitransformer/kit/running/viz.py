@@ -4,9 +4,12 @@ panels compare by colour; token labels read as words; log axes carry plain numbe
 
 from __future__ import annotations
 
+import base64
+import html
 import io
 import math
 from collections.abc import Mapping
+from pathlib import Path
 
 import matplotlib
 import numpy
@@ -15,9 +18,9 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, MaxNLocator
 
-from minitransformer import backend
-from minitransformer.checks import float_array, positive_number
+from minitransformer import backend, checks
 from minitransformer.kit.data.tokenizers import readable_tokens
+from minitransformer.kit.files import atomic_write
 from minitransformer.kit.running import viewer
 
 CMAP = "viridis"
@@ -146,22 +149,37 @@ class Explanation:
     def html(self) -> str:
         return viewer.page(self.data)
 
-    def _repr_html_(self) -> str:
-        return viewer.inline(self.data)
+    def _repr_html_(self) -> str:      # in an iframe: the page's script and style stay apart from the notebook's
+        return (f"<iframe srcdoc=\"{html.escape(self.html())}\" style=\"width:100%;height:760px;border:0\" "
+                f"title=\"minitransformer explain\"></iframe>")
 
     def figure(self, stack: str = "decoder_cross", layer: int = -1) -> Figure:
-        attn, rows, cols = viewer.layer_maps(self.data, stack, layer)      # (H,Tq,Tk), query and key labels
-        return attention_grid(attn, x_labels=cols, y_labels=rows, title=f"{stack}, layer {layer}")
+        checks.one_of("Explanation.figure", "stack", stack, viewer.STACKS)
+        packed, d = self.data["stacks"][stack]["attn"], self.data
+        attn = numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])     # (L,H,Tq,Tk)
+        i = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
+        rows = d["src"] if stack == "encoder" else d["tgt_out"]               # a decoder query: the token it produces
+        return attention_grid(attn[i], x_labels=d["tgt_in"] if stack == "decoder_self" else d["src"], y_labels=rows,
+                              title=f"{stack}, layer {layer}")
 
-    def save(self, path, *, stack: str = "decoder_cross", layer: int = -1):
-        return viewer.save(path, self.data, lambda: self.figure(stack, layer))
+    def save(self, path, *, stack: str = "decoder_cross", layer: int = -1) -> Path:
+        """Write the page (a path ending in .html) or the figure of one layer's heads (.png, .svg, .pdf)."""
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix in (".html", ".htm"):
+            text = self.html().encode("utf-8")
+            atomic_write(path, lambda f: f.write(text), "page")
+        elif suffix in (".png", ".svg", ".pdf"):
+            fig = self.figure(stack, layer)
+            atomic_write(path, lambda f: fig.savefig(f, format=suffix[1:], dpi=150, bbox_inches="tight"), "figure")
+        else:
+            raise ValueError(f"Explanation.save: path must end in .html, .png, .svg or .pdf, got {str(path)!r}")
+        return path
 
 
 def explain(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> Explanation:
-    """One sentence through a model (core or fast tier, trained or not), to look inside: every head's attention
-    (head view, model view), the queries and keys behind it, dL/dA after one backward pass of the loss on (src,
-    tgt), the decoding step by step, the masks and positions. Shown inline in a notebook; ``.save("page.html")``
-    writes one offline page, ``.save("fig.png")`` one layer's heads for a slide.
+    """One sentence through a model of either tier, to look inside (see ``viewer``): attention, queries and keys,
+    gradients, decoding, masks and positions, on one offline page; ``Explanation`` shows and saves it.
     src, tgt: texts (with tokenizers=(src_tok, tgt_tok)) or token ids; tgt None: the model's own output, decoded
     greedily or with beam_size > 1 (length penalty alpha)."""
     return Explanation(viewer.build(model, src, tgt, tokenizers=tokenizers, beam_size=beam_size, alpha=alpha))
@@ -222,7 +240,7 @@ def masks_figure(masks, title=None) -> Figure:
 def _pe_table(pe, where: str) -> numpy.ndarray:
     table = _host(pe)
     table = table[0] if table.ndim == 3 and table.shape[0] == 1 else table
-    float_array(where, "pe (positions T, dimensions D)", table, ndim=2)
+    checks.float_array(where, "pe (positions T, dimensions D)", table, ndim=2)
     return table                                                          # (T, D)
 
 
@@ -318,7 +336,7 @@ def loss_curves(train, valid=None, xlabel="step", title=None, *, logy: bool = Fa
 def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
     """Relative gradient errors per tensor ((name, error) pairs or a dict) on a log axis, bound drawn, red bars
     failing."""
-    bound = positive_number("bar_errors", "bound", bound)
+    bound = checks.positive_number("bar_errors", "bound", bound)
     names, errors = zip(*(report_rows.items() if isinstance(report_rows, Mapping) else report_rows))
     errors = _host([float(backend.to_numpy(e)) for e in errors])         # (n,)
     left = 10.0 ** (math.floor(math.log10(min(errors[errors > 0].min(initial=bound), bound))) - 1)
