@@ -205,12 +205,24 @@ def seed_jobs(s: dict, row: str, factor: float) -> list:
     return [(_key(row, seed), {"s": s, "row": row, "seed": seed, "factor": factor}) for seed in s["seeds"]]
 
 
-def run_study(s: dict, folder, log=print, after=None) -> None:
-    """Every row in order: its tuning runs, its factor, its seeds; finished runs skipped."""
-    for row in s["rows"]:
-        resumable.run_pending(tuning_jobs(s, row), run_one, folder, log=log, after=after)
-        tuned = list(resumable.collect(folder, [k for k, _ in tuning_jobs(s, row)]).values())
-        resumable.run_pending(seed_jobs(s, row, choose_factor(tuned, s)), run_one, folder, log=log, after=after)
+def run_study(s: dict, folder, log=print, after=None, wait: float = 30.0) -> None:
+    """Every row in order: its tuning runs, its factor, its seeds; finished runs skipped. Processes sharing the
+    study (one per core) never start a row's seeds before all its tuning runs have finished, since the factor is
+    chosen from all of them: a row another process still tunes is passed over, and looked at again after
+    ``wait`` seconds once nothing else is left to start."""
+    while True:
+        tuning_elsewhere = False
+        for row in s["rows"]:
+            jobs = tuning_jobs(s, row)
+            resumable.run_pending(jobs, run_one, folder, log=log, after=after)
+            tuned = list(resumable.collect(folder, [k for k, _ in jobs]).values())
+            if len(tuned) < len(jobs):
+                tuning_elsewhere = True
+                continue
+            resumable.run_pending(seed_jobs(s, row, choose_factor(tuned, s)), run_one, folder, log=log, after=after)
+        if not tuning_elsewhere:
+            return
+        time.sleep(wait)
 
 
 def aggregate(s: dict, folder) -> dict:
@@ -221,6 +233,9 @@ def aggregate(s: dict, folder) -> dict:
         factor = choose_factor(tuned, s) if len(tuned) == len(tuning_jobs(s, row)) else None
         mine = list(resumable.collect(folder, [k for k, _ in seed_jobs(s, row, factor or 1.0)]).values()) \
             if factor is not None else []
+        if stale := [r["key"] for r in mine if r["factor"] != factor]:
+            raise ValueError(f"table3: {', '.join(stale)} ran at another rate factor than the tuning chooses "
+                             f"({factor:g}): delete their files in {folder}/finished and run the study again")
         runs[row] = {r["seed"]: r for r in mine}
         group, changes, paper_row, paper_ppl, paper_bleu, _ = ROWS[row]
         entry = {"group": group, "changes": changes, "factor": factor,

@@ -5,7 +5,9 @@ The measurements are checked on stand-in models whose answer is known by hand: a
 same logits has a perplexity and a calibration that follow from those logits alone.
 """
 
+import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -138,6 +140,49 @@ def test_choose_factor_keeps_the_default_unless_another_is_faster_by_more_than_t
     # 0.5 and 2 both beyond, within 25 of each other: the nearer 1 in ratio is a tie, then the smaller
     assert table3.choose_factor(tuned({0.5: [25, 50], 1.0: [100, 100], 2.0: [50, 50]}), s) == 0.5
     assert table3.steps_or_censored({"steps": None}, s) == 125       # never reached: counted past the limit
+
+
+def test_processes_sharing_the_study_start_a_rows_seeds_only_after_all_its_tuning(tmp_path, monkeypatch):
+    """One tuning run of a row is held by another live process: this process runs the rest of the tuning, then
+    waits rather than start the seeds at a factor chosen from part of the tuning; once the held run has finished
+    (here: at a factor that changes the choice), the seeds run at the factor all the tuning chooses."""
+    s = {**table3.QUICK, "rows": ["base"], "tune_seeds": [100, 101]}
+    ran = []
+
+    def fake_run(job):
+        ran.append((job["seed"], job["factor"]))
+        return {"row": job["row"], "seed": job["seed"], "factor": job["factor"], "steps": 8}
+
+    def interrupt(seconds):
+        raise TimeoutError("waited")
+
+    monkeypatch.setattr(table3, "run_one", fake_run)
+    monkeypatch.setattr(table3.time, "sleep", interrupt)
+    held = table3.tuning_jobs(s, "base")[0]              # factor 0.5 on seed 100
+    (tmp_path / "claimed").mkdir()
+    (tmp_path / "claimed" / f"{held[0]}.json").write_text(str(os.getppid()))   # a live process, not this one
+    with pytest.raises(TimeoutError, match="waited"):
+        table3.run_study(s, tmp_path, log=lambda line: None)
+    assert sorted(ran) == [(100, 1.0), (101, 0.5), (101, 1.0)]                 # tuning only, no seed 0 or 1
+    (tmp_path / "finished" / f"{held[0]}.json").write_text(json.dumps({"key": held[0], "row": "base", "seed": 100,
+                                                                        "factor": 0.5, "steps": 2}))
+    (tmp_path / "claimed" / f"{held[0]}.json").unlink()
+    ran.clear()
+    table3.run_study(s, tmp_path, log=lambda line: None)
+    assert ran == [(0, 0.5), (1, 0.5)]           # 0.5: mean 5 steps against 8, faster by more than the resolution
+    stored = table3.resumable.collect(tmp_path, [k for k, _ in table3.seed_jobs(s, "base", 0.5)])
+    assert [r["factor"] for r in stored.values()] == [0.5, 0.5]
+
+
+def test_seed_runs_at_another_factor_than_the_tuning_chooses_are_refused(tmp_path):
+    s = {**table3.QUICK, "rows": ["base"]}
+    (tmp_path / "finished").mkdir()
+    for key, job in table3.tuning_jobs(s, "base") + table3.seed_jobs(s, "base", 0.5):
+        run = {"key": key, "row": "base", "seed": job["seed"], "factor": job["factor"], "steps": 8,
+               "ppl_at": 2.0, "bleu_at": 50.0, "params": 1, "curve": []}
+        (tmp_path / "finished" / f"{key}.json").write_text(json.dumps(run))
+    with pytest.raises(ValueError, match=r"base-s0, base-s1 ran at another rate factor than the tuning chooses \(1\)"):
+        table3.aggregate(s, tmp_path)
 
 
 def test_table3_quick_resumes_and_compares(tmp_path):
