@@ -340,7 +340,7 @@ def grade(assignment, submission=None, *, seed=None, diagnoses="what", time_limi
     table, tests = [head, "-" * len(head)], []
     for e in exercises:
         r = results[e.name]
-        points = e.points if r["backward"] == "ok" and r["forward"] != "FAIL" else 0
+        points = e.points if passed(r) else 0
         flag = "".join(f" [{f}]" for f in flags.get(e.name, []))
         table.append(f"{e.name:<20} {e.part:>4}  {r['forward']:<7}  {r['backward']:<8}  {points:>6}  "
                      f"{r['diagnosis'][:160]}{flag}")
