@@ -212,7 +212,7 @@ PATHOLOGIES = {   # exercise: (text in its file, what replaces it, what the grad
     "feedforward": ("self.saved(dout)\n        dh", "import os; os._exit(3)\n        dh", "ended without a result"),
     "multihead": ("self.saved(dout)\n        # 3. Back", "# 3. Back", "left the forward's cache of the module unused"),
 }
-FAILING = {"loss", "softmax", "dropout", "embedding", "feedforward", "multihead"}          # relu's printing costs nothing
+FAILING = {"loss", "softmax", "dropout", "embedding", "feedforward", "multihead"}      # printing costs nothing
 
 
 def pathological(copies, tmp_path, pathologies: dict, graded: list):

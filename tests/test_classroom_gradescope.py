@@ -144,9 +144,9 @@ def test_cheating_through_the_autograder_scores_zero_where_it_cheats(gradescope_
             "    from minitransformer.layers.linear import Linear as Reference\n"
             "    return Reference.backward(self, dout)\n\n\nLinear.backward = _shortcut\n")
         (submission / "linear.py").write_text(linear)
-        (submission / "activations.py").write_text(
-            "import os, signal\nprint('{\"score\": 20, \"tests\": []}')\ntry:\n    os.kill(os.getppid(), "
-            "signal.SIGKILL)\nexcept OSError:\n    pass\n" + sol.joinpath("activations.py").read_text())
+        (submission / "activations.py").write_text(sol.joinpath("activations.py").read_text() + (
+            "\n\nimport os, signal\nprint('{\"score\": 20, \"tests\": []}')\ntry:\n    os.kill(os.getppid(), "
+            "signal.SIGKILL)\nexcept OSError:\n    pass\n"))
     results = autograde(gradescope_root, tmp_path, put)
     assert results["score"] == 10 and scores(results) == {"part 1: linear": 0, "part 1: relu": 10}, results
     shown = json.dumps(results["tests"])
