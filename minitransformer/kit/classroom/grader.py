@@ -248,10 +248,10 @@ def blames(e, d, results: dict, classes: set) -> bool:
     """Whether exercise d's failure explains e's: e's cases run d's class (train runs every class), and d's own
     failure comes at a stage e reached (0 the forward, or the whole process; 1 the backward). A forward exercise's
     failure counts at its forward alone, and e, a forward exercise of d's class, blames d once its forward passed.
-    A package that does not load fails every exercise alike, and blames none."""
+    A package that does not load, or a submission that cannot be taken, fails every exercise alike: no blame."""
     r, s = results[e.name], results[d.name]
-    if d is e or passed(s) or r["diagnosis"].startswith(UNLOADED) or e is not TRAIN and not classes & {
-            cls for _, cls, _, _ in d.methods()}:
+    runs = e is TRAIN or classes & {cls for _, cls, _, _ in d.methods()}
+    if d is e or passed(s) or not runs or r["diagnosis"].startswith((UNLOADED, "the submission")):
         return False
     stage_e, stage_d = int(r["forward"] != "FAIL"), int(s["forward"] != "FAIL")
     if d.targets[0][2] == "forward":
