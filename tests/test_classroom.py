@@ -1,12 +1,13 @@
 """The classroom as a grader must be: every mistake of the catalogue fails its exercise and is named, the
 solutions get full marks on twenty seeds, a blank copy gets zero and a clean report, `make` then `grade`
-round-trips, and whatever a student's code does costs that exercise only."""
+round-trips, and whatever a student's code does costs that exercise, and the exercises that run its class (as
+check.py runs them, on the student's own package), which say so."""
 
 import ast
-import collections
 import difflib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,19 @@ from minitransformer.kit.classroom.exercises import CATALOGUE, EXERCISES, TRAIN
 from minitransformer.kit.classroom.grader import grade, grade_exercise
 from minitransformer.kit.classroom.maker import PACKAGE, make
 from minitransformer.kit.cli import main
+
+
+# The exercises whose classes each exercise's cases run besides its own: as check.py runs it, on the student's own
+# package, an exercise fails when one of these fails, and says so.
+RUNS = {"linear": set(), "relu": set(), "softmax": set(), "dropout": set(), "embedding": set(), "layernorm": set(),
+        "loss": set(), "feedforward": {"linear", "relu", "dropout"}, "attention": {"softmax", "dropout"},
+        "multihead": {"linear", "softmax", "dropout", "attention"},
+        "sublayer": {"linear", "relu", "dropout", "feedforward", "layernorm"},
+        "encoder_layer": {"linear", "relu", "softmax", "dropout", "feedforward", "layernorm", "attention", "multihead",
+                          "sublayer"}}
+RUNS["decoder_layer"] = RUNS["encoder_layer"]
+RUNS["transformer"] = RUNS["encoder_layer"] | {"embedding", "encoder_layer", "decoder_layer"}
+LEAVES = {name for name, runs in RUNS.items() if not runs}
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +127,20 @@ def test_make_then_grade_round_trips_through_the_command_line(tmp_path, capsys):
     assert "learned: exact match" in by_name(data)["train"]["output"]
 
 
+def notes(output: str) -> set:
+    """The exercises an output's first line blames ("runs your X, which fails 'x': fix that first"), or none."""
+    first = output.split("\n", 1)[0]
+    return set(re.findall(r"'([\w.]+)'", first)) if first.startswith("runs your ") and "first" in first else set()
+
+
 def test_a_blank_copy_gets_zero_and_a_clean_report(copies):
     results = grade(copies / "blank")
     assert results["score"] == 0
     for name, test in by_name(results).items():
-        assert test["output"].count("\n") == 0 and "Traceback" not in test["output"], test["output"]
-        assert "not written yet" in test["output"], (name, test["output"])
+        *note, last = test["output"].split("\n")
+        assert "Traceback" not in test["output"] and "not written yet" in last, (name, test["output"])
+        roots = (RUNS[name] if name != "train" else set(RUNS)) & LEAVES     # train runs the whole model
+        assert len(note) == bool(roots) and notes(test["output"]) == roots, (name, test["output"])
 
 
 def test_the_solutions_get_full_marks_on_twenty_seeds(copies):
@@ -131,24 +153,33 @@ def test_the_solutions_get_full_marks_on_twenty_seeds(copies):
 
 
 def test_every_mistake_fails_its_exercise_and_is_named(copies, tmp_path):
-    """Round k plants the k-th mistake of each exercise into a copy of the solutions and grades it."""
-    per_exercise = collections.defaultdict(list)
-    for m in CATALOGUE:
-        if "." not in m.exercise:
-            per_exercise[m.exercise].append(m)
-    assert sum(m.visible for m in CATALOGUE) >= 15 and len(per_exercise) >= 8
-    for k in range(max(len(v) for v in per_exercise.values())):
-        folder = solutions(copies, tmp_path, f"round{k}")
-        planted = {e: ms[k] for e, ms in per_exercise.items() if k < len(ms)}
-        for m in planted.values():
-            plant(m, folder / PACKAGE)
-        tests = by_name(grade(folder))
-        for exercise, m in planted.items():
-            test = tests[exercise]
-            if m.visible:
-                assert test["score"] == 0 and f"this looks like: {m.says}" in test["output"], (m.name, test["output"])
-            else:                                             # invisible to a gradient check: full marks
-                assert test["score"] == test["max_score"], (m.name, test["output"])
+    """Each mistake planted alone into a copy of the solutions, its exercise graded."""
+    mistakes = [m for m in CATALOGUE if "." not in m.exercise]
+    assert sum(m.visible for m in mistakes) >= 15 and len({m.exercise for m in mistakes}) >= 8
+    for k, m in enumerate(mistakes):
+        shutil.copytree(copies / "solutions" / PACKAGE, tmp_path / str(k))
+        plant(m, tmp_path / str(k))
+        result = grade_exercise(EXERCISES[m.exercise], tmp_path / str(k), seeds=[0, 1])
+        if m.visible:
+            assert result["backward"] == "FAIL" and f"this looks like: {m.says}" in result["output"], (m.name, result)
+        else:                                                 # invisible to a gradient check: full marks
+            assert result["backward"] == "ok", (m.name, result["output"])
+
+
+def test_an_exercise_that_runs_a_failing_class_says_so(copies, tmp_path):
+    """Linear's mistake costs the exercises that run the student's Linear, each saying why; the others keep theirs."""
+    folder = solutions(copies, tmp_path)
+    (mistake,) = [m for m in CATALOGUE if m.name == "dW transposed"]
+    plant(mistake, folder / PACKAGE)
+    graded = ["linear", "relu", "feedforward", "layernorm", "sublayer", "loss"]
+    manifest = json.loads((folder / "assignment.json").read_text())
+    (folder / "assignment.json").write_text(json.dumps({**manifest, "exercises": graded}))
+    tests = by_name(grade(folder))
+    assert f"this looks like: {mistake.says}" in tests["linear"]["output"]
+    for name in graded:
+        assert tests[name]["score"] == (0 if name == "linear" or "linear" in RUNS[name] else 10), name
+        assert notes(tests[name]["output"]) == ({"linear"} if "linear" in RUNS[name] else set()), tests[name]
+    assert tests["feedforward"]["output"].startswith("runs your Linear, which fails 'linear': fix that first\n")
 
 
 def test_a_forward_exercise_and_its_invisible_mistake(tmp_path):
@@ -163,13 +194,13 @@ def test_a_forward_exercise_and_its_invisible_mistake(tmp_path):
     tests = by_name(grade(folder))
     assert set(tests) == {"linear", "linear.forward", "relu.forward"}     # no part 3: no training run
     assert tests["relu.forward"]["score"] == 10                            # x == 0 never happens
-    assert tests["linear"]["score"] == 10                                  # graded with the reference forward
     assert tests["linear.forward"]["score"] == 0 and "forward fails: out[" in tests["linear.forward"]["output"]
+    assert tests["linear"]["score"] == 0                                   # it runs the student's forward
+    assert tests["linear"]["output"].startswith("runs your Linear, which fails 'linear.forward': fix that first")
 
 
 PATHOLOGIES = {   # exercise: (text in its file, what replaces it, what the grader must say)
-    "linear": ("x = self.saved(dout).x ", "x = self.saved(dout).x\n        while True:\n            pass\n       ",
-               "stopped after 8 s"),
+    "loss": ("N, V = p.shape", "N, V = p.shape\n        while True:\n            pass", "stopped after 8 s"),
     "relu": ("return dout * self.saved(dout).positive", "print('debugging'); return dout * self.saved(dout).positive",
              "your code printed"),
     "softmax": ("return p * (dout -", "return 0 * numpy.nan * p * (dout -", "NaN or inf in dx"),
@@ -179,30 +210,48 @@ PATHOLOGIES = {   # exercise: (text in its file, what replaces it, what the grad
     "embedding": ("ids = self.saved(dout).ids ", "ids = self.saved(dout).ids\n        dout *= 2\n       ",
                   "backward changed dout in place"),
     "feedforward": ("self.saved(dout)\n        dh", "import os; os._exit(3)\n        dh", "ended without a result"),
-    "layernorm": ("g = dout * self.gamma.data ", "g = dout * self.gamma.data +\n", "does not load: SyntaxError"),
-    "loss": ("N, V = p.shape", "N, V = p.shape)", "does not load"),
     "multihead": ("self.saved(dout)\n        # 3. Back", "# 3. Back", "left the forward's cache of the module unused"),
 }
+FAILING = {"loss", "softmax", "dropout", "embedding", "feedforward", "multihead"}      # printing costs nothing
 
 
-def test_what_a_students_code_does_costs_that_exercise_only(copies, tmp_path):
+def pathological(copies, tmp_path, pathologies: dict, graded: list):
+    """A copy of the solutions with the pathologies written in, graded on `graded`."""
     folder = solutions(copies, tmp_path)
-    for exercise, (old, new, _) in PATHOLOGIES.items():
+    for exercise, (old, new, _) in pathologies.items():
         path = folder / PACKAGE / EXERCISES[exercise].targets[0][0]
         text = path.read_text()
         if exercise == "softmax":
             text = text.replace("from .. import backend, checks", "import numpy\n\nfrom .. import backend, checks")
         body = text.rindex(old)                               # in the code, after the hint
         path.write_text(text[:body] + new + text[body + len(old):])
-    graded = [*PATHOLOGIES, "attention", "sublayer"]           # the model's exercises are slow on a busy machine
     manifest = json.loads((folder / "assignment.json").read_text())
     (folder / "assignment.json").write_text(json.dumps({**manifest, "exercises": graded}))
-    tests = by_name(grade(folder, time_limit=8))
+    return by_name(grade(folder, time_limit=8))
+
+
+def test_what_a_students_code_does_costs_that_exercise_and_those_that_run_it(copies, tmp_path):
+    graded = [*PATHOLOGIES, "linear", "layernorm", "attention", "sublayer"]   # the model's exercises: slow here
+    tests = pathological(copies, tmp_path, PATHOLOGIES, graded)
+    # Those that run a failing class say so, naming the failures their run reached: feedforward's own os._exit
+    # ends its process before its backward reaches the failing dropout, and the same os._exit ends sublayer's
+    # (whose FFN is the student's) there; multihead's own mistake comes after the softmax and dropout it runs.
+    blamed = {"attention": {"softmax", "dropout"}, "multihead": {"softmax", "dropout"}, "sublayer": {"feedforward"}}
     for exercise, (_, _, says) in PATHOLOGIES.items():
-        assert says in tests[exercise]["output"], (exercise, tests[exercise]["output"])
-        assert tests[exercise]["score"] == (10 if exercise == "relu" else 0), exercise
-    for name in ("attention", "sublayer"):                    # they use the reference's Softmax, LayerNorm...
-        assert tests[name]["score"] == 10, tests[name]["output"]
+        assert (says in tests[exercise]["output"]) == (exercise not in blamed), (exercise, tests[exercise]["output"])
+    for name in graded:
+        assert tests[name]["score"] == (0 if name in FAILING or RUNS[name] & FAILING else 10), (name, tests[name])
+        assert notes(tests[name]["output"]) == blamed.get(name, set()), (name, tests[name]["output"])
+
+
+def test_a_package_that_does_not_load_fails_every_exercise_as_check_py_does(copies, tmp_path):
+    tests = pathological(copies, tmp_path, {"layernorm": ("g = dout * self.gamma.data ", "g = dout * self.gamma."
+                                                          "data +\n", "")}, ["relu", "layernorm"])
+    for name in ("relu", "layernorm"):
+        assert tests[name]["score"] == 0 and not notes(tests[name]["output"])
+        assert tests[name]["output"].startswith("your transformer package does not load, so no exercise runs (nor "
+                                                "check.py): SyntaxError"), tests[name]["output"]
+        assert "layernorm.py" in tests[name]["output"]
 
 
 def test_check_py_and_train_copy_run_in_the_students_folder(copies):

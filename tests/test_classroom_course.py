@@ -74,17 +74,17 @@ def test_no_handout_holds_the_reference_of_an_exercise_not_yet_due(weeks):
     assert 'raise NotImplementedError("LayerNorm.backward: part 2\'s exercise")' in text
 
 
-def test_the_graders_sandbox_holds_no_reference_of_an_exercise_not_yet_due(tmp_path):
-    """The copy of the core a student's code runs in while graded: week 1's exercises keep their reference bodies
-    (the other exercises' code is what the graded one runs on), later weeks' are stubbed, as in the handout."""
-    from minitransformer.kit.classroom.grader import core
-    from minitransformer.kit.classroom.maker import withheld_of
+def test_the_graders_sandbox_holds_no_reference_of_an_exercise_not_yet_due(weeks, tmp_path):
+    """The package a student's code runs on while graded is the handout, as `make` wrote it, with the student's
+    files over it: the reference bodies it holds are the handout's alone (test_classroom_hostile reads it from
+    inside)."""
+    from minitransformer.kit.classroom.maker import package, withheld_of, write_package
 
     week1 = [EXERCISES[n] for n in WEEKS[1]]
-    core(tmp_path, EXERCISES["linear"], withheld_of(week1))
-    assert revealed(tmp_path) == set(WEEKS[1]) - {"linear"} | {n for n in EXERCISES if n.endswith(".forward")
-                                                               and EXERCISES[n].part == 1}
-    core(tmp_path / "all", EXERCISES["linear"])                  # without withheld: the check can see a leak
+    write_package(tmp_path / PACKAGE, package(week1, False, withheld_of(week1)))
+    assert revealed(tmp_path) == revealed(weeks / "hw1") == {n for n in EXERCISES if n.endswith(".forward")
+                                                             and EXERCISES[n].part == 1}
+    write_package(tmp_path / "all" / PACKAGE, package(week1))        # without withheld: the check can see a leak
     assert set(WEEKS[3]) <= revealed(tmp_path / "all")
 
 
@@ -178,17 +178,23 @@ def test_a_class_is_graded_in_one_command(small, tmp_path, capsys):
     zipped(c / "frank.zip", {"../../escaped.py": b"x", "/abs/activations.py": activations,        # a bomb, a link
                              "transformer/layers/linear.py": b"#" * (8 << 20)},
            links=[("transformer/layers/activations.py", str(sol / "layers" / "activations.py"))])
+    shutil.copytree(small / "sol", c / "gina")                                  # with a helper module of her own
+    (c / "gina" / PACKAGE / "layers" / "myutil.py").write_text("def rows(a):\n    return a.reshape(-1, a.shape[-1])\n")
+    (c / "gina" / PACKAGE / "layers" / "linear.py").write_text(linear.decode().replace(
+        "x2d = x.reshape(-1, self.in_features)", "x2d = rows(x)").replace("from .. import backend, checks",
+                                                                           "from .. import backend, checks\nfrom "
+                                                                           ".myutil import rows"))
     (c / "notes.txt").write_text("not a student")
     args = ["classroom", "grade", str(c), "--assignment", str(small / "hw"), "--csv", str(tmp_path / "grades.csv"),
             "--feedback", str(tmp_path / "feedback"), "--seed", "3", "--results", str(tmp_path / "store")]
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert "6 of 6 submissions to grade" in err and "notes.txt is not a student's folder or zip" in err
+    assert "7 of 7 submissions to grade" in err and "notes.txt is not a student's folder or zip" in err
     assert "dave: NO FILE OF THE ASSIGNMENT FOUND" in err
     book = gradebook(tmp_path / "grades.csv")
     assert [(s, r["total"], r["linear"], r["relu"]) for s, r in book.items()] == [
         ("alice", "20", "10", "10"), ("bob", "20", "10", "10"), ("carol", "20", "10", "10"),
-        ("dave", "0", "0", "0"), ("eve", "10", "0", "10"), ("frank", "0", "0", "0")]
+        ("dave", "0", "0", "0"), ("eve", "10", "0", "10"), ("frank", "0", "0", "0"), ("gina", "20", "10", "10")]
     assert book["dave"]["flags"] == "submission: no files found" and "refused layers/linear.py: a link" in book["eve"]["flags"]
     assert "../../escaped.py: a link, an absolute path or '..'" in book["frank"]["flags"]
     assert "transformer/layers/activations.py: a link" in book["frank"]["flags"]
@@ -201,14 +207,14 @@ def test_a_class_is_graded_in_one_command(small, tmp_path, capsys):
     assert "`layers/linear.py` (from `carol.zip/hw/transformer/layers/linear.py`)" in carol
 
     assert main(args) == 0                                                       # resumed: nothing left to grade
-    assert "0 of 6 submissions to grade" in capsys.readouterr().err
+    assert "0 of 7 submissions to grade" in capsys.readouterr().err
     (c / "bob" / "linear.py").write_text(linear.decode().replace("self.W.grad += x2d.T @ dout2d",
                                                                  "self.W.grad += dout2d.T @ x2d"))
     assert main(args) == 0                                                       # bob handed in again
-    assert "1 of 6 submissions to grade" in capsys.readouterr().err
+    assert "1 of 7 submissions to grade" in capsys.readouterr().err
     assert gradebook(tmp_path / "grades.csv")["bob"]["linear"] == "0"
     assert main([*args, "--only", "alice"]) == 0
-    assert "1 of 6 submissions to grade" in capsys.readouterr().err
+    assert "1 of 7 submissions to grade" in capsys.readouterr().err
     assert main([*args, "--only", "zed"]) == 2
     assert "--only must name a submission" in capsys.readouterr().err
 

@@ -133,8 +133,9 @@ def test_a_blank_copy_nothing_and_a_broken_autograder_each_score_zero_and_say_wh
 @pytest.mark.slow
 def test_cheating_through_the_autograder_scores_zero_where_it_cheats(gradescope_root, tmp_path):
     """The shortest way to full marks (the reference's backward, imported), a kill of the grading process at import
-    and a forged results line printed, each uploaded to Gradescope: the attacked exercise scores 0 and the results
-    are written as the grader judged them."""
+    and a forged results line printed, each uploaded to Gradescope: the shortcut scores 0, the kill and the printed
+    line change nothing (relu, whose file holds them, keeps the points of its code), and the results are written as
+    the grader judged them."""
     sol = gradescope_root / "hw1-solutions" / PACKAGE / "layers"
 
     def put(submission):
@@ -143,10 +144,10 @@ def test_cheating_through_the_autograder_scores_zero_where_it_cheats(gradescope_
             "    from minitransformer.layers.linear import Linear as Reference\n"
             "    return Reference.backward(self, dout)\n\n\nLinear.backward = _shortcut\n")
         (submission / "linear.py").write_text(linear)
-        (submission / "activations.py").write_text(
-            "import os, signal\nprint('{\"score\": 20, \"tests\": []}')\nos.kill(os.getppid(), signal.SIGKILL)\n"
-            + sol.joinpath("activations.py").read_text())
+        (submission / "activations.py").write_text(sol.joinpath("activations.py").read_text() + (
+            "\n\nimport os, signal\nprint('{\"score\": 20, \"tests\": []}')\ntry:\n    os.kill(os.getppid(), "
+            "signal.SIGKILL)\nexcept OSError:\n    pass\n"))
     results = autograde(gradescope_root, tmp_path, put)
-    assert results["score"] == 0 and scores(results) == {"part 1: linear": 0, "part 1: relu": 0}, results
+    assert results["score"] == 10 and scores(results) == {"part 1: linear": 0, "part 1: relu": 10}, results
     shown = json.dumps(results["tests"])
     assert "not available while grading" in shown

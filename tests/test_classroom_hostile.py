@@ -1,10 +1,14 @@
 """Hostile submissions: each attack a student could try, written into the method of one exercise of a copy of the
-solutions. Each must score 0 for the exercise it attacks while every other exercise keeps its points, and leave the
-grader, the teacher's files and other students' files as they were. Two graded runs carry all the attacks. An attack
-whose defence needs root (a user of its own) or Linux's Landlock is left out where neither is there (SECURITY.md)."""
+solutions. Each must score 0 for the exercise it attacks, and leave the grader, the teacher's files and other
+students' files as they were. An exercise runs on the student's own package, as check.py runs it, so an attack in a
+method costs too the exercises that run its class (test_classroom.RUNS), each of which says so; every other exercise
+keeps its points. Two graded runs carry all the attacks. An attack whose defence needs root (a user of its own) or
+Linux's Landlock is left out where neither is there (SECURITY.md). Last, a student's code that reads all it can
+while graded finds no reference body of an exercise not yet revealed."""
 
 import ast
 import ctypes
+import inspect
 import json
 import os
 import shutil
@@ -18,11 +22,13 @@ import pytest
 
 import minitransformer
 from minitransformer import backend
-from minitransformer.kit.classroom import sandbox
+from minitransformer.kit.classroom import grader, sandbox
 from minitransformer.kit.classroom.exercises import CATALOGUE, EXERCISES
 from minitransformer.kit.classroom.cases import prepare, run
 from minitransformer.kit.classroom.grader import IDENTICAL, grade, grade_exercise, identical
 from minitransformer.kit.classroom.maker import PACKAGE, make
+from test_classroom import RUNS, notes
+from test_classroom_course import WEEKS, body, revealed
 
 ROOT = os.geteuid() == 0
 LANDLOCK = ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1)      # its version, or -1
@@ -212,16 +218,16 @@ return namespace["ScaledDotProductAttention"].backward(self, dout)''',
 }
 
 
-def rewrite(package: Path, exercise: str, body: str, fill: dict) -> None:
-    """The body of the exercise's method in the student's file replaced by body, @NAME@ filled from fill."""
+def rewrite(package: Path, exercise: str, code: str, fill: dict) -> None:
+    """The body of the exercise's method in the student's file replaced by code, @NAME@ filled from fill."""
     for key, value in fill.items():
-        body = body.replace(f"@{key}@", repr(value))
+        code = code.replace(f"@{key}@", repr(value))
     file, cls_name, method = EXERCISES[exercise].targets[0]
     path = package / file
     lines = path.read_text().splitlines(keepends=True)
     cls = next(n for n in ast.parse("".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
     fn = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == method)
-    lines[fn.lineno:fn.end_lineno] = [textwrap.indent(textwrap.dedent(body).strip("\n"), " " * 8) + "\n"]
+    lines[fn.lineno:fn.end_lineno] = [textwrap.indent(textwrap.dedent(code).strip("\n"), " " * 8) + "\n"]
     path.write_text("".join(lines))
 
 
@@ -245,11 +251,12 @@ def world(tmp_path_factory):
 
 
 def student(root: Path, name: str, attacks: dict, fill: dict, appended=()) -> Path:
-    """A copy of the solutions with the attacks written in; the student's folder (its PACKAGE/ is handed in)."""
+    """A copy of the solutions with the attacks written in; the student's folder (its PACKAGE/ is handed in). An
+    appended attack comes from a student who has not written the method: its body is a stub."""
     folder = root / name
     shutil.copytree(root / "teacher" / PACKAGE, folder / PACKAGE)
-    for exercise, body in attacks.items():
-        rewrite(folder / PACKAGE, exercise, body, fill)
+    for exercise, code in [*attacks.items(), *((e, STUB) for e in appended)]:
+        rewrite(folder / PACKAGE, exercise, code, fill)
     for exercise in appended:
         with open(folder / PACKAGE / EXERCISES[exercise].targets[0][0], "a") as f:
             f.write(APPENDED[exercise])
@@ -263,9 +270,14 @@ def graded(root: Path, folder: Path, **options) -> dict:
 
 
 def assert_only_attacked_fail(tests: dict, attacked) -> None:
+    """The attacked exercises score 0, and so do those whose cases run an attacked class, each saying which of
+    those it runs fails (the failures its run reached); every other exercise keeps its points."""
     assert set(tests) == {*GRADED, "train"}              # the teacher's list; training uses every exercise at once
     for name, test in [(n, t) for n, t in tests.items() if n != "train"]:
-        assert test["score"] == (0 if name in attacked else 10), (name, test["output"])
+        runs = RUNS[name] & set(attacked)
+        assert test["score"] == (0 if name in attacked or runs else 10), (name, test["output"])
+        if name not in attacked and runs:
+            assert notes(test["output"]) and notes(test["output"]) <= runs, (name, test["output"])
 
 
 def processes_named(token: bytes) -> list:
@@ -295,7 +307,7 @@ def test_round_1_the_reference_the_grader_and_the_results(world, capfd):
     tests = graded(root, folder, seed=7)
     assert_only_attacked_fail(tests, [*attacks, *APPENDED, "layernorm"])
     assert "reference (minitransformer) is not available while grading" in tests["linear"]["output"]
-    assert "not written yet" in tests["relu"]["output"]                     # the copy it reaches is a stub
+    assert "RecursionError" in tests["relu"]["output"]          # the module it reaches is its own: itself, again
     assert "layers/layernorm.py is a link" in tests["layernorm"]["output"]
     assert not marker.exists()                                              # nothing was unpickled
     assert "printed more than the 8 MB allowed" in tests["loss"]["output"]
@@ -402,3 +414,73 @@ def test_without_root_landlock_alone_holds(world, monkeypatch):
     assert "PermissionError" in tests["attention"]["output"]                # Landlock, not file modes
     assert written[0].read_text() == before and not written[1].exists() and not written[2].exists()
     assert not processes_named(token)        # a child in a session of its own came to the grader, and was ended
+
+
+GATHER = '''
+import inspect, os, sys
+from .. import loss, model                       # later parts' modules, relatively
+from . import attention, layernorm
+texts = [inspect.getsource(m) for m in (loss, model, attention, layernorm)]
+for folder, _, files in os.walk(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))):
+    texts += [open(os.path.join(folder, f)).read() for f in files if f.endswith(".py")]
+for name, module in list(sys.modules.items()):         # every module's file, and the classes of the job's own
+    own = name.split(".")[0] in ("transformer", "cases", "__main__")
+    for value in [module, *(v for v in vars(module).values() if own and isinstance(v, type))]:
+        try:
+            texts.append(inspect.getsource(value))
+        except (TypeError, OSError):
+            pass
+with open("gathered.txt", "a") as f:
+    f.write("\\n".join(texts))
+'''
+MINE = '''
+from .myutil import rows
+x = self.saved(dout).x
+x_rows, dout_rows = rows(x), rows(dout)
+''' + GATHER + '''
+self.W.grad += x_rows.T @ dout_rows
+self.b.grad += dout_rows.sum(axis=0)
+return dout @ self.W.data.T'''
+
+
+def test_a_students_code_reads_only_stubs_and_its_own_files(tmp_path, monkeypatch):
+    """Week 1 graded: a student who wrote linear alone, with a helper module of their own, reads every file and
+    module it can reach while graded (relative imports of later parts, open() of every .py file of its package,
+    sys.modules): none holds the reference body of an exercise its handout does not give, the same week's
+    included; the helper works in the grader as in check.py."""
+    make(tmp_path / "hw1", WEEKS[1])
+    shutil.copytree(tmp_path / "hw1", tmp_path / "mine")
+    rewrite(tmp_path / "mine" / PACKAGE, "linear", MINE, {})
+    (tmp_path / "mine" / PACKAGE / "layers" / "myutil.py").write_text("def rows(a):\n    return a.reshape(-1, "
+                                                                      "a.shape[-1])\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "check.py", "linear"], cwd=tmp_path / "mine", env=env,
+                          capture_output=True, text=True, check=False)
+    assert "all passed" in done.stdout, done.stdout + done.stderr
+    handed_in = tmp_path / "upload" / PACKAGE / "layers"         # the two files alone: the rest is the handout's
+    handed_in.mkdir(parents=True)
+    for name in ("linear.py", "myutil.py"):
+        shutil.copyfile(tmp_path / "mine" / PACKAGE / "layers" / name, handed_in / name)
+    gathered, finish = [], grader.finish
+
+    def keep(job, *args):                          # what the student's process wrote, before its folder goes
+        path = job["folder"] / "work" / "gathered.txt"
+        gathered.append(path.read_text() if path.is_file() else "")
+        return finish(job, *args)
+
+    monkeypatch.setattr(grader, "finish", keep)
+    tests = {t["name"].split(": ", 1)[1]: t for t in grade(tmp_path / "hw1", handed_in.parent, seed=3)["tests"]}
+    assert tests["linear"]["score"] == 10, tests["linear"]["output"]
+    assert notes(tests["feedforward"]["output"]) == {"relu", "dropout"}      # its Linear is the student's: it passes
+    text = "\n".join(gathered)
+    assert "def rows(a)" in text and 'raise NotImplementedError("LayerNorm.backward: part 2\'s exercise")' in text
+    assert 'raise NotImplementedError("ReLU.backward: exercise relu, yours to write")' in text
+    given = {line.strip() for path in (tmp_path / "hw1").rglob("*.py") for line in path.read_text().splitlines()}
+    secret = set(EXERCISES) - revealed(tmp_path / "hw1") - {"linear"}
+    assert secret >= {n for n in EXERCISES if "." not in n} - {"linear"}
+    for name in sorted(secret):
+        for _, cls, _, methods in EXERCISES[name].methods():
+            lines = {line.strip() for m in methods for line in body(inspect.getsource(cls), cls.__name__, m)
+                     .splitlines() if len(line.split("#")[0].strip()) >= 16} - given
+            assert lines, (name, cls.__name__)           # each secret body has lines of its own to look for
+            assert not [line for line in lines if line in text], (name, [line for line in lines if line in text])

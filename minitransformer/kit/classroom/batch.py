@@ -1,11 +1,11 @@
 """A class at once: every submission graded against a fresh copy of the assignment.
 
 A submission is a student's folder or zip holding their `transformer/` folder or its loose files, wherever they sit.
-Only the files that hold the assignment's exercises are taken: read as bytes (zips are never extracted, links never
-followed, each file at most MAX_FILE) and written into a fresh, stubbed copy of the assignment, so an edited
-assignment.json or cases.py, or a file left out that the teacher's copy holds the answer to, never counts. Students
-are graded `workers` at a time, each in a process group of its own with a deadline; each result is stored as it
-comes (an interrupted batch resumes where it stopped), then a CSV gradebook and one Markdown feedback file each."""
+The files of the assignment's exercises, and the other modules of the folder they came from, are taken: read as
+bytes (zips never extracted, links never followed, each file at most MAX_FILE) into a fresh, stubbed copy of the
+assignment, so an edited assignment.json or cases.py, or a file left out that the handout stubs, never counts.
+Students are graded `workers` at a time, each in a process group of its own with a deadline; each result is stored
+as it comes (an interrupted batch resumes where it stopped), then a CSV gradebook and a Markdown feedback each."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def tested(exercises: list) -> list:
 
 
 def graded_files(exercises: list) -> list:
-    """The files under transformer/ that hold the exercises: the only ones taken from a submission."""
+    """The files under transformer/ that hold the exercises: those looked for wherever they sit in a submission."""
     return sorted({file for e in exercises for file, _, _ in e.targets})
 
 
@@ -133,9 +133,17 @@ def read(entry) -> bytes:
 def collect(source, files: list) -> tuple[dict, dict, list]:
     """({file: its bytes}, {file: where it was found}, notes): for each of `files` (e.g. layers/linear.py) the file of
     that name in the submission whose path ends most like it (transformer/layers/linear.py before a loose
-    linear.py), a second candidate noted."""
+    linear.py), a second candidate noted; and the other .py files of the package folder the first came from."""
     notes, found, where = [], {}, {}
     entries = listing(Path(source), notes)
+
+    def take(file, entry) -> bool:                 # the file's bytes into found, or a note
+        try:
+            found[file] = read(entry)
+        except (OSError, ValueError, RuntimeError, zipfile.BadZipFile, EOFError) as err:
+            notes.append(f"{entry[0]} could not be read: {err}")
+        return file in found
+
     for file in files:
         want = file.split("/")[::-1]
 
@@ -146,11 +154,17 @@ def collect(source, files: list) -> tuple[dict, dict, list]:
                          key=lambda e: (-suffix(e), PACKAGE not in e[0].split("/"), e[0].count("/"), e[0]))
         if len(matches) > 1:
             notes.append(f"{len(matches)} files named {want[0]}: graded {matches[0][0]}")
-        try:
-            if matches:
-                found[file], where[file] = read(matches[0]), matches[0][0]
-        except (OSError, ValueError, RuntimeError, zipfile.BadZipFile, EOFError) as err:
-            notes.append(f"{matches[0][0]} could not be read: {err}")
+        if matches and take(file, matches[0]):
+            where[file] = matches[0][0]
+    # The student's other modules in the folder the first file came from (a helper of their own, an edited core
+    # file): their package as check.py sees it. Loose files have no such folder.
+    folder = next((where[f][:-len(f)] for f in files if f in where and f"/{where[f]}".endswith(f"/{f}")), None)
+    for entry in (e for e in entries if folder is not None and e[0].startswith(folder) and e[0].endswith(".py")
+                  and e[0][len(folder):] not in found):
+        if sum(map(len, found.values())) > grader.STUDENT_BYTES:
+            notes.append(f"more than {grader.STUDENT_BYTES >> 20} MB of Python files: the rest not taken")
+            break
+        take(entry[0][len(folder):], entry)
     return found, where, notes
 
 
@@ -174,6 +188,7 @@ def grade_files(assignment, base: Path, exercises: list, found: dict, where: dic
         submission = Path(work) / PACKAGE
         shutil.copytree(base / PACKAGE, submission)
         for file, data in found.items():
+            (submission / file).parent.mkdir(parents=True, exist_ok=True)
             (submission / file).write_bytes(data)
         results = grader.grade(assignment, submission, seed=seed, diagnoses=diagnoses, time_limit=time_limit,
                                workers=workers)

@@ -97,6 +97,9 @@ class Failed(Exception):
     """A one-line reason an exercise fails."""
 
 
+UNLOADED = "your transformer package does not load, so no exercise runs (nor check.py)"
+
+
 def describe(err: BaseException, root: str = "") -> str:
     """'ValueError: ... (layers/linear.py line 47)': the error's first line and, given the student's folder (root),
     the last line of their code it passed through; a Failed is its reason, a stub's NotImplementedError work not

@@ -1,12 +1,14 @@
 """Grading a student's files, one exercise at a time, each in a sandbox of its own (sandbox.py, harness.py).
 
-The student's code runs where the reference cannot be reached: a fresh interpreter, a copy of the core in which the
-exercise graded is a stub, `minitransformer` refused, and when the grader is root a user of its own that cannot read
-the package, signal the grader or write outside its folder. The methods an exercise names go on a subclass of the
-core's class there, so one mistake costs one exercise. What comes back is data (JSON and arrays of known shapes);
-the verdict is computed here, against the reference's tensors computed here, on the public cases (check.py's) and
-on hidden ones drawn from the teacher's seed: the forward, the backward (.grad pre-filled, so "=" for "+=" shows),
-and on a failure the exercise's catalogue mutants on the same inputs, to name the mistake."""
+The student's code runs where the reference cannot be reached: a fresh interpreter, the student's own copy of the
+core as check.py sees it (the assignment's handout, with every exercise not yet revealed a stub, and the student's
+files laid over it), `minitransformer` refused, and when the grader is root a user of its own that cannot read the
+package, signal the grader or write outside its folder. An exercise runs with the student's other classes, as
+check.py runs it: when it fails because a class it runs fails its own exercise, the scorecard says so. What comes
+back is data (JSON and arrays of known shapes); the verdict is computed here, against the reference's tensors
+computed here, on the public cases (check.py's) and on hidden ones drawn from the teacher's seed: the forward, the
+backward (.grad pre-filled, so "=" for "+=" shows), and on a failure the exercise's catalogue mutants on the same
+inputs, to name the mistake."""
 
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ import minitransformer
 from minitransformer import backend
 
 from . import sandbox, train_copy
-from .cases import Failed, prepare, run
+from .cases import UNLOADED, Failed, prepare, run
 from .exercises import CATALOGUE, EXERCISES, TRAIN, build
-from .maker import PACKAGE, core_files, parts_of, stub, withheld_of
+from .maker import PACKAGE, package, parts_of, withheld_of, write_package
 
 MATCH = 1e-6                 # relative agreement with the reference (a pass) or with a mistake (a diagnosis)
 LEARNS = 0.9                 # exact match on new strings that counts as learning the copy task
@@ -41,28 +43,21 @@ def failed(reason: str, forward: str = "FAIL") -> dict:         # an exercise th
     return {"forward": forward, "backward": "FAIL", "diagnosis": reason, "output": reason}
 
 
-def copy_files(source: Path, target: Path, files=None) -> None:
-    """Copy the student's files (the .py files under source, or those named) as plain files: a link is refused,
-    never followed, so no file outside the submission comes in under a student's name."""
-    names = files or sorted(p.relative_to(source).as_posix() for p in source.rglob("*.py"))
-    if sum((source / n).lstat().st_size for n in names if (source / n).exists()) > STUDENT_BYTES:
+def copy_files(source: Path, target: Path) -> list:
+    """Copy the student's .py files under source over target as plain files; returns those refused: a link is
+    never followed, so no file outside the submission comes in under a student's name (the handout's stays)."""
+    names = sorted(p.relative_to(source).as_posix() for p in source.rglob("*.py"))
+    if sum((source / n).lstat().st_size for n in names) > STUDENT_BYTES:
         raise Failed(f"the submission holds more than {STUDENT_BYTES >> 20} MB of Python files")
+    refused = []
     for name in names:
         path = source / name
-        if any(p.is_symlink() for p in [path, *path.parents][:len(Path(name).parts) + 1]):
-            raise Failed(f"{name} is a link: hand in the file itself")
-        if not path.is_file():
-            raise Failed(f"{name} is missing from the submission")
+        if any(p.is_symlink() for p in [path, *path.parents][:len(Path(name).parts) + 1]) or not path.is_file():
+            refused.append(name)
+            continue
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target / name)
-
-
-def core(target: Path, exercise, withheld: tuple = ()) -> None:
-    """The core as `make` hands it out, with the exercise's methods stubbed, and those of the parts not yet due
-    (``withheld``) too: the package the student's code runs in."""
-    for file, source in core_files().items():
-        (target / PACKAGE / file).parent.mkdir(parents=True, exist_ok=True)
-        (target / PACKAGE / file).write_text(stub(source, file, [exercise], False, withheld))
+    return refused
 
 
 def normalised(source: str, cls_name: str, names) -> list:
@@ -95,20 +90,22 @@ def identical(exercise, student: Path) -> bool:
         return False
 
 
-def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid, withheld: tuple = ()) -> dict:
-    """Compute the reference on the cases of each seed (the first public), then start the student's process."""
-    job = {"exercise": exercise, "folder": folder, "seeds": list(seeds), "runs": []}
+def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid, handout: dict) -> dict:
+    """Compute the reference on the cases of each seed (the first public), then start the student's process on the
+    student's copy: the handout ({file: text}) with the student's files over it."""
+    job = {"exercise": exercise, "folder": folder, "seeds": list(seeds), "runs": [], "classes": set()}
     folder.mkdir()
     shutil.copyfile(HERE / "harness.py", folder / "harness.py")
     try:
+        write_package(folder / PACKAGE, handout)
+        refused = [n for n in copy_files(student, folder / PACKAGE)
+                   if exercise is TRAIN or n in {file for file, _, _ in exercise.targets}]
+        if refused:
+            raise Failed(f"{refused[0]} is a link or not a file: hand in the file itself")
         if exercise is TRAIN:
-            copy_files(student, folder / PACKAGE)
             shutil.copyfile(HERE / "train_copy.py", folder / "train_copy.py")
             spec = {"exercise": "train", "seed": job["seeds"][-1]}
         else:
-            targets = [(file, cls.__name__, names) for file, cls, _, names in exercise.methods()]
-            copy_files(student, folder / "student", sorted({t[0] for t in targets}))
-            core(folder, exercise, withheld)
             backend.set_backend("numpy")           # the grader's checks read host arrays
             backend.set_default_dtype("float64")
             given = []
@@ -117,7 +114,9 @@ def begin(exercise, student: Path, seeds, folder: Path, time_limit: float, uid, 
                 job["runs"] += [(*case, run(backend, *case[1:3], {}, case[3])) for case in built]
                 given.append({"seed": seed, "given": [{k: t[k] for k in ("before", "after", "out_shape")}
                                                       for *_, t in built]})
-            spec = {"exercise": exercise.name, "targets": targets, "runs": given}
+                job["classes"] |= {type(p) for _, module, *_ in built for m in module.modules()
+                                   for p in (m, getattr(m, "loss_fn", None))}
+            spec = {"exercise": exercise.name, "runs": given}
     except (Failed, OSError) as err:                # the submission's files, as they came
         job["result"] = failed(str(err) if isinstance(err, Failed) else f"the submission's files cannot be read "
                                f"({type(err).__name__}: {err.strerror})", "-" if exercise is TRAIN else "FAIL")
@@ -241,10 +240,45 @@ def finish(job: dict, diagnoses: str, timed_out: bool) -> dict:
     return result
 
 
+def passed(result: dict) -> bool:
+    return result["backward"] == "ok" and result["forward"] != "FAIL"
+
+
+def blames(e, d, results: dict, classes: set) -> bool:
+    """Whether exercise d's failure explains e's: e's cases run d's class (train runs every class), and d's own
+    failure comes at a stage e reached (0 the forward, or the whole process; 1 the backward). A forward exercise's
+    failure counts at its forward alone, and e, a forward exercise of d's class, blames d once its forward passed.
+    A package that does not load, or a submission that cannot be taken, fails every exercise alike: no blame."""
+    r, s = results[e.name], results[d.name]
+    runs = e is TRAIN or classes & {cls for _, cls, _, _ in d.methods()}
+    if d is e or passed(s) or not runs or r["diagnosis"].startswith((UNLOADED, "the submission")):
+        return False
+    stage_e, stage_d = int(r["forward"] != "FAIL"), int(s["forward"] != "FAIL")
+    if d.targets[0][2] == "forward":
+        return stage_d == 0
+    same_class = e.targets and e.targets[0][2] == "forward" and e.targets[0][:2] in [t[:2] for t in d.targets]
+    return stage_e == 1 if same_class else stage_d <= stage_e
+
+
+def explain(exercises: list, results: dict, classes: dict) -> None:
+    """An exercise that fails because a class it runs fails its own exercise says so, first: 'runs your Linear,
+    which fails 'linear': fix that first', naming the failures at the root."""
+    blamed = {e.name: [d for d in exercises if d is not TRAIN and blames(e, d, results, classes.get(e.name, set()))]
+              for e in exercises if not passed(results[e.name])}
+    for e in exercises:
+        roots = [d for d in blamed.get(e.name, []) if not blamed[d.name]] or blamed.get(e.name, [])
+        if roots:
+            note = (f"runs your {', '.join(dict.fromkeys(d.targets[0][1] for d in roots))}, which "
+                    f"fail{'s' * (len(roots) == 1)} {', '.join(repr(d.name) for d in roots)}: fix "
+                    f"th{'at' if len(roots) == 1 else 'ose'} first")
+            results[e.name] = {**results[e.name], "diagnosis": note, "output": f"{note}\n{results[e.name]['output']}"}
+
+
 def grade_exercise(exercise, student, seeds=(0,), time_limit: float = 60.0, diagnoses: str = "what") -> dict:
     """One exercise of the student's files (a folder laid out like transformer/) on the cases of seeds."""
+    handout = package([exercise], False, withheld_of([exercise]))
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
-        job = begin(exercise, Path(student), seeds, Path(root) / "job", time_limit, sandbox.user())
+        job = begin(exercise, Path(student), seeds, Path(root) / "job", time_limit, sandbox.user(), handout)
         if "process" in job:
             try:
                 job["process"].wait(time_limit)
@@ -280,30 +314,33 @@ def grade(assignment, submission=None, *, seed=None, diagnoses="what", time_limi
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"classroom grade: seed must be a non-negative int, got {seed!r}")
     time_limit = 30.0 if time_limit is None else float(time_limit)
-    withheld = withheld_of(exercises, parts_of(json.loads(manifest.read_text()).get("reveal", ())))
+    handout = package(exercises, False, withheld_of(exercises, parts_of(json.loads(manifest.read_text()).get(
+        "reveal", ()))))
     exercises += [TRAIN] if any(e.part == 3 for e in exercises) else []
     for folder in (Path(minitransformer.__file__).parent, assignment, student):
         sandbox.lock(folder)
-    started, results = time.monotonic(), {}
+    started, results, classes = time.monotonic(), {}, {}
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as root:
         pending, running = list(exercises), []
         while pending or running:
             while pending and len(running) < workers:
                 e = pending.pop(0)
                 running.append(begin(e, student, [0, seed], Path(root) / e.name, time_limit, sandbox.user(),
-                                     withheld))
+                                     handout))
             time.sleep(0.02)
             for job in list(running):
                 late = "process" in job and job["process"].poll() is None and time.monotonic() > job["deadline"]
                 if "process" not in job or job["process"].poll() is not None or late:
                     results[job["exercise"].name] = finish(job, diagnoses, late)
+                    classes[job["exercise"].name] = job["classes"]
                     running.remove(job)
+    explain(exercises, results, classes)
     flags = {e.name: [IDENTICAL] for e in exercises if e is not TRAIN and identical(e, student)}
     head = f"{'exercise':<20} {'part':>4}  {'forward':<7}  {'backward':<8}  {'points':>6}  diagnosis"
     table, tests = [head, "-" * len(head)], []
     for e in exercises:
         r = results[e.name]
-        points = e.points if r["backward"] == "ok" and r["forward"] != "FAIL" else 0
+        points = e.points if passed(r) else 0
         flag = "".join(f" [{f}]" for f in flags.get(e.name, []))
         table.append(f"{e.name:<20} {e.part:>4}  {r['forward']:<7}  {r['backward']:<8}  {points:>6}  "
                      f"{r['diagnosis'][:160]}{flag}")

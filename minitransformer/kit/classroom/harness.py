@@ -1,11 +1,13 @@
 """The student's side of grading: ``python -I -S harness.py JOB`` in a fresh interpreter that never imports
-minitransformer. JOB is a folder the grader filled with all this process may see: job.json, ``transformer/`` (the
-core with the graded exercise's methods stubbed, so its reference is nowhere in this process; for the training run,
-the student's whole package), cases.py, and the student's files under student/. Before any student code runs, it
-sets the limits, becomes a user of its own (when started as root), and refuses ``minitransformer``; then it loads
-the student's methods, runs the cases and writes what they gave as data alone: out/result.json and a .npy per
-tensor. It never decides a grade: the grader reads those files and judges them against a reference it computed
-where the student's code never ran."""
+minitransformer. JOB is a folder the grader filled with all this process may see: job.json, cases.py, and
+``transformer/``, the student's own copy as check.py sees it: the assignment's handout (every exercise not yet
+revealed a stub, the reference bodies of revealed parts and of the forwards handed out) with the student's files
+laid over it, helpers of their own included. No reference body of an exercise not yet revealed is in this process
+or in a file it may open. Before any student code runs, it sets the limits, becomes a user of its own (when started
+as root), and refuses ``minitransformer``; then it imports the student's package, runs the exercise's cases on it
+as check.py does and writes what they gave as data alone: out/result.json and a .npy per tensor. It never decides a
+grade: the grader reads those files and judges them against a reference it computed where the student's code never
+ran."""
 
 import importlib
 import json
@@ -28,7 +30,7 @@ class Refuse:
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] == "minitransformer":
             raise ImportError("the reference (minitransformer) is not available while grading: your code runs with "
-                              "your own files and the parts of the core other exercises cover")
+                              "your own transformer/ package, as in check.py")
 
 
 def landlock(libc, job: Path, readable: list) -> bool:
@@ -80,26 +82,6 @@ def confine(limits: dict, uid, job: Path, readable: list) -> None:
     libc.prctl(38, 1, 0, 0, 0)                        # PR_SET_NO_NEW_PRIVS: no setuid program restores privileges
 
 
-def load(cases, targets: list, student: Path) -> dict:
-    """{the core's class: its subclass carrying the student's methods} for [(file, class, method names)]. Each file
-    runs as the module of its name in ``transformer``, so its relative imports reach that package, in which the
-    exercise graded is a stub."""
-    subs = {}
-    for file, cls_name, names in targets:
-        path, module = student / file, f"transformer.{file[:-3].replace('/', '.')}"
-        namespace = {"__name__": module, "__file__": str(path), "__package__": module.rpartition(".")[0]}
-        try:
-            exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - running it is the point
-        except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever a student's file raises
-            raise cases.Failed(f"{file} does not load: {cases.describe(err, str(student))}") from None
-        reference, mine = getattr(importlib.import_module(module), cls_name), namespace.get(cls_name)
-        if not isinstance(mine, type) or any(n not in vars(mine) for n in names):
-            raise cases.Failed(f"{file}: class {cls_name} with the methods {', '.join(names)} is missing")
-        own = {n: v for n, v in vars(mine).items() if n in names or callable(v) and not hasattr(reference, n)}
-        subs[reference] = type(cls_name, (reference,), own)     # the methods, and helpers of their own
-    return subs
-
-
 def main(job: Path) -> None:
     spec = json.loads((job / "job.json").read_text())
     sys.path[:] = [str(job), *spec["path"]]           # this folder, the standard library, numpy's: no reference
@@ -116,10 +98,14 @@ def main(job: Path) -> None:
     def save(name: str, array) -> None:
         numpy.save(out / f"{name}.npy", numpy.asarray(array), allow_pickle=False)
 
-    try:
-        import cases
-        import transformer
+    import cases
 
+    root = str(job / "transformer")
+    try:
+        try:
+            import transformer
+        except BaseException as err:  # noqa: BLE001 - whatever the student's files raise as they load
+            raise cases.Failed(f"{cases.UNLOADED}: {cases.describe(err, root)}") from None
         transformer.set_default_dtype("float64")
         if spec["exercise"] == "train":
             import train_copy
@@ -129,10 +115,10 @@ def main(job: Path) -> None:
                 save(name, array)
             result["figures"] = figures
         else:
-            subs, k = load(cases, spec["targets"], job / "student"), 0
+            k = 0
             for run in spec["runs"]:
                 for label, module, inputs, trial in cases.prepare(transformer, spec["exercise"], **run):
-                    got = cases.run(transformer.backend, module, inputs, subs, trial, str(job / "student"), [0, 0])
+                    got = cases.run(transformer.backend, module, inputs, {}, trial, root, [0, 0])
                     if "error" not in got:
                         for name, array in got.items():
                             save(f"{k}-{name}", array)
@@ -140,9 +126,7 @@ def main(job: Path) -> None:
                     result["cases"].append(got)
                     k += 1
     except BaseException as err:  # noqa: BLE001 - whatever the student's code raises ends this exercise
-        from cases import describe
-
-        result["failed"] = describe(err, str(job / "student"))
+        result["failed"] = cases.describe(err, root)
     (out / "result.json").write_text(json.dumps(result))
     os._exit(0)                     # no finalizer of the student's runs after the result
 

@@ -78,6 +78,18 @@ def stub(text: str, file: str, exercises: list, solutions: bool, withheld: tuple
     return "".join(lines)
 
 
+def package(chosen, solutions: bool = False, withheld: tuple = ()) -> dict:
+    """{file: text} of the student's copy of the core: the handout of `chosen` (with solutions, the teacher's copy),
+    the exercises of `withheld` stubbed as well."""
+    return {file: stub(text, file, chosen, solutions, withheld) for file, text in core_files().items()}
+
+
+def write_package(target: Path, files: dict) -> None:
+    for file, text in files.items():
+        (target / file).parent.mkdir(parents=True, exist_ok=True)
+        (target / file).write_text(text)
+
+
 def notebook(part: int, exercises: list) -> dict:
     def cell(kind, text):
         extra = {"execution_count": None, "outputs": []} if kind == "code" else {}
@@ -111,10 +123,8 @@ def make(directory, exercises=None, solutions: bool = False, reveal=()) -> list:
                               f"give a new folder (nothing there is overwritten)")
     parts, withheld = sorted({e.part for e in chosen}), withheld_of(chosen, reveal)
     later = sorted({str(e.part) for e in withheld})
-    root, here = Path(minitransformer.__file__).parent, Path(__file__).parent
-    for file, text in core_files().items():
-        (directory / PACKAGE / file).parent.mkdir(parents=True, exist_ok=True)
-        (directory / PACKAGE / file).write_text(stub(text, file, chosen, solutions, withheld))
+    here = Path(__file__).parent
+    write_package(directory / PACKAGE, package(chosen, solutions, withheld))
     # train_copy.py trains the whole model: offered with part 3, whose README line and notebook run it.
     for file in ("cases.py", "check.py", *["train_copy.py"] * (3 in parts)):
         shutil.copyfile(here / file, directory / file)
