@@ -339,7 +339,8 @@
     dec.beam.forEach((hyps, t) => {
       const tr = el("tr", {}, table);
       el("th", {}, tr, `${t}`);
-      hyps.forEach(([text, score, grows]) => el("td", {class: grows ? "grows" : ""}, tr, `${text}  ${score.toFixed(3)}`));
+      hyps.forEach(([text, score, grows]) =>
+        el("td", {class: grows ? "grows" : ""}, tr, `${text}  ${score.toFixed(3)}`));
     });
   }
   let crossCache = null;
