@@ -255,8 +255,8 @@ def failure(job: dict, exercises: list, why: str) -> dict:
     text = f"GRADING FAILED for this submission: {why}; the teacher will look at it"
     for test in results["tests"]:
         test["output"] = text
-    return {"student": job["student"], "key": None, "results": {**results, "output": text, "flags": {"submission": [text]},
-                                                                 "files": job["where"]}}
+    return {"student": job["student"], "key": None,
+            "results": {**results, "output": text, "flags": {"submission": [text]}, "files": job["where"]}}
 
 
 def grade_class(submissions, assignment, store=None, *, workers=2, only=None, seed=None, diagnoses="what",

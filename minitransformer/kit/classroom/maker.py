@@ -100,7 +100,8 @@ def notebook(part: int, exercises: list) -> dict:
                               "`check.py` in a fresh process, on your files as they are now; `mt` in this kernel "
                               "reloads the files you edit (autoreload): no kernel restart after a change."),
              cell("code", "%load_ext autoreload\n%autoreload 2\n\nimport sys\n\nimport numpy as np\n\n"
-                          "import transformer as mt\n\nmt.set_default_dtype('float64')   # gradient checks need float64")]
+                          "import transformer as mt\n\n"
+                          "mt.set_default_dtype('float64')   # gradient checks need float64")]
     for e in exercises:
         file, cls_name, _ = e.targets[0]
         cells += [cell("markdown", f"## `{e.name}`: {cls_name} in `transformer/{file}`\n\n{e.sentence}\n\n"
