@@ -49,7 +49,8 @@ def measure(model, length: int, repeats: int) -> dict:
             write.append(time.perf_counter() - start)
         size = path.stat().st_size
     return {"shown": (len(explanation.data["src"]), len(explanation.data["tgt_in"])),
-            "build": statistics.median(build), "cpu": statistics.median(cpu), "write": statistics.median(write), "mb": size / 1e6}
+            "build": statistics.median(build), "cpu": statistics.median(cpu), "write": statistics.median(write),
+            "mb": size / 1e6}
 
 
 def browser_times(pages: dict) -> None:
