@@ -39,9 +39,9 @@ def main(argv=None) -> int:
         if os.environ.get("MINITRANSFORMER_TRACEBACK"):
             raise
         if isinstance(err, MemoryError):             # files are checked before allocating: a model too big to run
-            frame = traceback.extract_tb(err.__traceback__)[-1]   # NumPy names the array; Python's own says nothing
+            frame = traceback.extract_tb(err.__traceback__)[-1]                  # the line that raised it
             where = f"in {frame.name}, {os.path.basename(frame.filename)} line {frame.lineno}"
-            err = f"out of memory ({str(err) or where})"
+            err = f"out of memory ({str(err) or where})"    # NumPy names the array; Python's own says nothing
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, _USER_ERRORS) else 1
     finally:
