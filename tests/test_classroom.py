@@ -233,7 +233,7 @@ def pathological(copies, tmp_path, pathologies: dict, graded: list):
 def test_what_a_students_code_does_costs_that_exercise_and_those_that_run_it(copies, tmp_path):
     graded = [*PATHOLOGIES, "linear", "layernorm", "attention", "sublayer"]   # the model's exercises: slow here
     tests = pathological(copies, tmp_path, PATHOLOGIES, graded)
-    # Those that run a failing class say so, naming the failures their run reached: feedforward's own os._exit
+    # Those whose cases use a failing class say so, naming the failures their run reached: feedforward's own os._exit
     # ends its process before its backward reaches the failing dropout, and the same os._exit ends sublayer's
     # (whose FFN is the student's) there; multihead's own mistake comes after the softmax and dropout it runs.
     blamed = {"attention": {"softmax", "dropout"}, "multihead": {"softmax", "dropout"}, "sublayer": {"feedforward"}}

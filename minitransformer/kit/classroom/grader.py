@@ -245,7 +245,7 @@ def passed(result: dict) -> bool:
 
 
 def blames(e, d, results: dict, classes: set) -> bool:
-    """Whether exercise d's failure explains e's: e's cases run d's class (train runs every class), and d's own
+    """Whether exercise d's failure explains e's: the cases of e use the class of d (train: every class), and d's own
     failure comes at a stage e reached (0 the forward, or the whole process; 1 the backward). A forward exercise's
     failure counts at its forward alone, and e, a forward exercise of d's class, blames d once its forward passed.
     A package that does not load, or a submission that cannot be taken, fails every exercise alike: no blame."""
