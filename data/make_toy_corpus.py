@@ -1,4 +1,4 @@
-"""Write the bundled toy English -> German corpus to data/toy/{train,valid,test}.{en,de}.txt.
+"""Write the bundled toy English -> German corpus to minitransformer/kit/data/toy/{train,valid,test}.{en,de}.txt.
 
     python data/make_toy_corpus.py              # the default corpus (seed 0, 6000 / 500 / 500 pairs)
     python data/make_toy_corpus.py --out /tmp/toy --seed 3
@@ -28,7 +28,7 @@ def _seed(text: str) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "data" / "toy", help="output directory")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "minitransformer" / "kit" / "data" / "toy", help="output directory")
     parser.add_argument("--seed", type=_seed, default=toy_grammar.DEFAULT_SEED, help="random seed (>= 0)")
     args = parser.parse_args(argv)
 

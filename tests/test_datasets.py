@@ -46,7 +46,7 @@ def test_splits_sizes_and_disjoint(corpus):
 
 
 def test_files_on_disk_equal_generator_output(corpus):
-    toy = REPO / "data" / "toy"
+    toy = datasets.TOY_DIR
     for split in toy_grammar.SPLITS:
         for side, lang in enumerate(("en", "de")):
             text = (toy / f"{split}.{lang}.txt").read_text(encoding="utf-8")
@@ -304,7 +304,6 @@ def test_multi30k_dir_is_the_environment_then_the_cache_never_a_folder_beside_th
     """Where the user says: $MINITRANSFORMER_MULTI30K, else the cache download fills, even when a folder of
     Multi30k files lies beside the repository (a development machine's copy is passed explicitly)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(datasets, "REPO_ROOT", tmp_path / "repo")
     _write_fake_multi30k(tmp_path / "shared" / "data" / "multi30k")
     monkeypatch.setenv(datasets.MULTI30K_ENV, str(tmp_path / "mine"))
     assert multi30k_dir() == tmp_path / "mine"

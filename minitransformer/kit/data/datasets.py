@@ -13,8 +13,7 @@ from minitransformer.kit import limits
 from minitransformer.kit.data import toy_grammar
 from minitransformer.kit.files import atomic_write, open_regular
 
-REPO_ROOT = Path(__file__).resolve().parents[3]       # minitransformer/kit/data/datasets.py -> the repository
-TOY_DIR = REPO_ROOT / "data" / "toy"
+TOY_DIR = Path(__file__).parent / "toy"              # package data, written by data/make_toy_corpus.py
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
@@ -76,7 +75,7 @@ def _check_langs(src_lang: str, tgt_lang: str, where: str) -> None:
 def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
              directory=None) -> list[tuple[str, str]]:
     """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs. directory: where
-    {split}.en.txt / {split}.de.txt are (default data/toy); without them the same corpus is generated."""
+    {split}.en.txt / {split}.de.txt are (default the package's toy/); without them the same corpus is generated."""
     if split not in toy_grammar.SPLITS:
         raise ValueError(f"load_toy: split must be one of {toy_grammar.SPLITS}, got {split!r}")
     _check_langs(src_lang, tgt_lang, "load_toy")
