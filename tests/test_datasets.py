@@ -1,6 +1,8 @@
-"""Toy corpus (generator and files), Multi30k loader (real files when present), offline download."""
+"""Toy corpus (the grammar in data/make_toy_corpus.py, the files the package ships), Multi30k loader (real files
+when present), offline download."""
 
 import gzip
+import importlib.util
 import io
 import random
 import re
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from minitransformer.kit.data import datasets, toy_grammar
+from minitransformer.kit.data import datasets
 from minitransformer.kit.data.datasets import (
     download_multi30k,
     load_multi30k,
@@ -20,6 +22,10 @@ from minitransformer.kit.data.datasets import (
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 needs_multi30k = pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason=f"Multi30k not at {SHARED_MULTI30K}")
+# The toy grammar is the script that writes the shipped corpus; it lives in data/, outside the package.
+_spec = importlib.util.spec_from_file_location("make_toy_corpus", REPO / "data" / "make_toy_corpus.py")
+toy_grammar = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(toy_grammar)
 
 
 @pytest.fixture(scope="module")
@@ -175,9 +181,11 @@ def test_load_toy_reads_the_files(corpus):
     assert load_toy("valid", src_lang="de", tgt_lang="en") == [(de, en) for en, de in corpus["valid"]]
 
 
-def test_load_toy_falls_back_to_generating(tmp_path, corpus):
-    assert load_toy("test", directory=tmp_path / "missing") == corpus["test"]
+def test_load_toy_reads_another_folder_and_names_a_missing_file(tmp_path, corpus):
+    toy_grammar.write_corpus({"test": corpus["test"]}, tmp_path)
     assert load_toy("test", "de", "en", directory=tmp_path)[0] == corpus["test"][0][::-1]
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "missing" / "test.en.txt"))):
+        load_toy("test", directory=tmp_path / "missing")
 
 
 def test_load_toy_errors():

@@ -10,10 +10,10 @@ import zlib
 from pathlib import Path
 
 from minitransformer.kit import limits
-from minitransformer.kit.data import toy_grammar
 from minitransformer.kit.files import atomic_write, open_regular
 
-TOY_DIR = Path(__file__).parent / "toy"              # package data, written by data/make_toy_corpus.py
+TOY_DIR = Path(__file__).parent / "toy"        # package data, written by the repository's data/make_toy_corpus.py
+TOY_SPLITS = ("train", "valid", "test")
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
@@ -75,16 +75,13 @@ def _check_langs(src_lang: str, tgt_lang: str, where: str) -> None:
 def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
              directory=None) -> list[tuple[str, str]]:
     """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs. directory: where
-    {split}.en.txt / {split}.de.txt are (default the package's toy/); without them the same corpus is generated."""
-    if split not in toy_grammar.SPLITS:
-        raise ValueError(f"load_toy: split must be one of {toy_grammar.SPLITS}, got {split!r}")
+    {split}.en.txt / {split}.de.txt are (default ``TOY_DIR``, the corpus the package ships)."""
+    if split not in TOY_SPLITS:
+        raise ValueError(f"load_toy: split must be one of {TOY_SPLITS}, got {split!r}")
     _check_langs(src_lang, tgt_lang, "load_toy")
     directory = TOY_DIR if directory is None else Path(directory)
     src_path, tgt_path = directory / f"{split}.{src_lang}.txt", directory / f"{split}.{tgt_lang}.txt"
-    if src_path.is_file() and tgt_path.is_file():
-        return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
-    pairs = toy_grammar.generate_corpus()[split]                       # (en, de)
-    return pairs if src_lang == "en" else [(de, en) for en, de in pairs]
+    return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
 
 
 def multi30k_dir() -> Path:

@@ -1,4 +1,8 @@
-"""A toy English -> German grammar that writes the bundled parallel corpus (data/toy/).
+"""The toy English -> German grammar, and the script that writes with it the corpus the package ships
+(minitransformer/kit/data/toy/{train,valid,test}.{en,de}.txt, which ``datasets.load_toy`` reads).
+
+    python data/make_toy_corpus.py              # the shipped corpus (seed 0, 6000 / 500 / 500 pairs)
+    python data/make_toy_corpus.py --out /tmp/toy --seed 3
 
 A student can train on it in minutes, and it still needs attention: German does not keep the English word order
 and marks what English leaves out.
@@ -10,22 +14,23 @@ and marks what English leaves out.
 - verb-final subordinate clauses:      "... because the dog sees the cat" -> "... , weil der hund die katze sieht"
 - plural (and its dative -n), "in dem" -> "im", "a" / "an".
 
-The words, articles and adjective endings are data, in toy_lexicon.json beside this file. Everything is
+The words, articles and adjective endings are data, in toy_lexicon.json beside this script. Everything is
 lowercase, every punctuation mark its own token, so a word tokeniser and BLEU's 13a see the same tokens. The only
 randomness is ``random.Random(seed).random()``, whose sequence Python keeps across versions: the same seed writes
-the same corpus everywhere. Distinct pairs are drawn and split in order (train, valid, test), so no sentence of
-either language is in two splits.
+the same corpus everywhere (tests/test_datasets.py checks the shipped files against seed 0). Distinct pairs are
+drawn and split in order (train, valid, test), so no sentence of either language is in two splits.
 """
 
+import argparse
 import itertools
 import json
 import random
+import sys
 from collections import namedtuple
 from pathlib import Path
 
-from minitransformer import checks
-
 DEFAULT_SEED = 0
+PACKAGE_TOY = Path(__file__).resolve().parents[1] / "minitransformer" / "kit" / "data" / "toy"    # what ships
 SPLITS = ("train", "valid", "test")
 SPLIT_SIZES = {"train": 6000, "valid": 500, "test": 500}
 MIN_TOKENS, MAX_TOKENS = 5, 20          # sentence length in tokens, both sides, punctuation included
@@ -169,7 +174,6 @@ def sentence_pair(rng: random.Random) -> tuple[str, str]:
 
 def generate_corpus(seed: int = DEFAULT_SEED, sizes: dict | None = None) -> dict:
     """The toy corpus: {split: [(english, german), ...]}, disjoint and deterministic; sizes: pairs per split."""
-    seed = checks.int_in("generate_corpus", "seed", seed, 0, 2**63 - 1)
     sizes = dict(SPLIT_SIZES if sizes is None else sizes)
     if set(sizes) != set(SPLITS) or any(not isinstance(n, int) or n < 0 for n in sizes.values()):
         raise ValueError(f"generate_corpus: sizes must map each of {SPLITS} to a non-negative int, got {sizes!r}")
@@ -199,3 +203,28 @@ def write_corpus(corpus: dict, directory) -> list[Path]:
         path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
         written.append(path)
     return written
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Write the toy English -> German corpus.")
+    parser.add_argument("--out", type=Path, default=PACKAGE_TOY, help="output directory (default: the package's)")
+    parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED, help="random seed (>= 0)")
+    args = parser.parse_args(argv)
+
+    corpus = generate_corpus(seed=args.seed)
+    paths = write_corpus(corpus, args.out)
+    total = sum(p.stat().st_size for p in paths)
+    for split, pairs in corpus.items():
+        print(f"{split:5s} {len(pairs):5d} pairs   e.g. {pairs[0][0]}  ->  {pairs[0][1]}")
+    print(f"wrote {len(paths)} files, {total / 1024:.0f} KiB, to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
