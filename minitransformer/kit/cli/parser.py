@@ -13,8 +13,6 @@ from .teaching import add_classroom
 from .train import cmd_train
 from .utility import add_convert, cmd_gradcheck
 
-_MULTI30K = "$MINITRANSFORMER_MULTI30K if set, else ~/.cache/minitransformer/multi30k"
-
 
 def _add_train(sub) -> None:
     # The options that become settings default to None (the switches too): None means "not typed", so that
@@ -64,8 +62,8 @@ def _add_train(sub) -> None:
     option(t, "--beam-size", "beam size of the final test evaluation (toy, multi30k; default 1: greedy)")
     option(t, "--limit", "score only the first N test and min(N, 200) valid sentences (toy, multi30k; default: "
                          "200 valid, all test)")
-    t.add_argument("--data-dir", help=f"folder with the Multi30k files (default: {_MULTI30K}, where `download` puts "
-                                      "them)")
+    t.add_argument("--data-dir", help=f"folder with the Multi30k files (default: {datasets.MULTI30K_DEFAULT}, "
+                                      "where `download` puts them)")
     t.add_argument("--on-nonfinite", choices=("stop", "skip"), help="at a NaN/inf loss: stop (default) or skip it")
     again = t.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue the run saved in --out, with its own "
@@ -133,7 +131,7 @@ def _add_download(sub) -> None:
     dl = sub.add_parser("download", help="fetch the Multi30k task-1 files",
                         description="Fetch the Multi30k task-1 files (train, valid and test, German and English) "
                                     "that `train --task multi30k` reads. Files already there are kept.")
-    dl.add_argument("--dir", help=f"where to put them (default: {_MULTI30K}, where `train` looks)")
+    dl.add_argument("--dir", help=f"where to put them (default: {datasets.MULTI30K_DEFAULT}, where `train` looks)")
     dl.set_defaults(run=cmd_download)
 
 

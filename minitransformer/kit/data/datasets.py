@@ -20,6 +20,8 @@ MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
 MULTI30K_ALIASES = {"valid": "val", "test": "test_2016_flickr"}   # so "--split test" means the same for every task
 MULTI30K_LANGS = ("en", "de")
 MULTI30K_ENV = "MINITRANSFORMER_MULTI30K"
+MULTI30K_CACHE = "~/.cache/minitransformer/multi30k"
+MULTI30K_DEFAULT = f"${MULTI30K_ENV} if set, else {MULTI30K_CACHE}"     # multi30k_dir's rule in words (the help)
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -86,8 +88,8 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
 
 def multi30k_dir() -> Path:
     """Where Multi30k is when no folder is given (``train --data-dir``, ``load_multi30k(directory)``):
-    $MINITRANSFORMER_MULTI30K if set, else ~/.cache/minitransformer/multi30k, which ``download_multi30k`` fills."""
-    return Path(os.environ.get(MULTI30K_ENV) or "~/.cache/minitransformer/multi30k").expanduser()
+    ``MULTI30K_DEFAULT``; ``download_multi30k`` fills the cache."""
+    return Path(os.environ.get(MULTI30K_ENV) or MULTI30K_CACHE).expanduser()
 
 
 def _multi30k_split(split: str, where: str) -> str:
