@@ -121,8 +121,7 @@ def plan_batches(src_lengths, tgt_lengths, max_tokens: int, rng: numpy.random.Ge
 class ResumableBatches:
     """The stream protocol the Trainer reads: iterating serves the rest of the current epoch from ``position`` on,
     then moves to the next epoch. Batch k of epoch e is a fixed function of (seed, e, k), so ``state_dict()`` =
-    {seed, epoch, position} resumes exactly. Subclasses define ``__len__``, and ``pairs_at(epoch, k)`` (the
-    (src_ids, tgt_ids) pairs that ``batch_at`` pads, made and so trusted by the subclass) or ``batch_at`` itself."""
+    {seed, epoch, position} resumes exactly. Subclasses define ``__len__`` and ``batch_at(epoch, k)``."""
 
     seed: int
     epoch: int = 0
@@ -134,9 +133,6 @@ class ResumableBatches:
             self.position += 1                     # counted before yield: a checkpoint taken now resumes after it
             yield self.batch_at(self.epoch, k)
         self.epoch, self.position = self.epoch + 1, 0
-
-    def batch_at(self, epoch: int, k: int) -> Batch:
-        return _collate(self.pairs_at(epoch, k))
 
     def state_dict(self) -> dict:
         return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
@@ -210,10 +206,10 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
     return [out[i] for i in range(len(encoded))]
 
 
-def largest_batch(model, src_len: int, out_len: int, beam: int = 1, naive: bool = False, budget=None) -> int:
+def largest_batch(model, src_len: int, out_len: int, beam: int = 1, budget=None) -> int:
     """The most sources of src_len tokens ``budget.check_decoding`` lets through at once (0: not one); every part
     but the weights grows in proportion to the batch."""
     itemsize = model.parameters()[0].data.dtype.itemsize
     weights = 2 * parameter_count(model.config) * itemsize
-    per_source = sum(decoding_parts(model.config, 1, src_len, out_len, beam, naive, itemsize).values())
+    per_source = sum(decoding_parts(model.config, 1, src_len, out_len, beam, itemsize=itemsize).values())
     return max(0, (memory_budget(budget) - weights) // per_source)
