@@ -2,10 +2,9 @@
 
 The paper (§5.1): "Sentence pairs were batched together by approximate sequence length. Each training batch
 contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."
-Here a batch holds as many pairs of similar length as fit: rows * longest side <= max_tokens, padding counted;
-a seeded shuffle of the batches keeps training stochastic. Teacher forcing ("output embeddings are offset by one
-position"): tgt_in = <bos> ein hund (what the decoder reads), tgt_out = ein hund <eos> (what it must predict).
-Arrays are int64 NumPy on the host (the model moves them); padding (id 0) only ends a row.
+Here a batch holds as many pairs of similar length as fit: rows * longest side <= max_tokens, padding counted.
+Teacher forcing ("output embeddings are offset by one position"): tgt_in = <bos> ein hund (what the decoder
+reads), tgt_out = ein hund <eos> (what it must predict). Arrays are int64 NumPy on the host (the model moves them).
 """
 
 import itertools
@@ -87,9 +86,8 @@ def _collate(pairs, indices=None, pad_id: int = PAD) -> Batch:
         src[row, : len(s)] = s
         tgt_in[row, : len(t) + 1] = [BOS, *t]
         tgt_out[row, : len(t) + 1] = [*t, EOS]
-    indices = numpy.arange(B) if indices is None else indices
-    return Batch(src, tgt_in, tgt_out, numpy.asarray(indices, dtype=numpy.int64),            # indices (B,)
-                 sum(len(s) for s, _ in pairs), sum(len(t) + 1 for _, t in pairs))
+    indices = numpy.asarray(numpy.arange(B) if indices is None else indices, dtype=numpy.int64)     # (B,)
+    return Batch(src, tgt_in, tgt_out, indices, sum(len(s) for s, _ in pairs), sum(len(t) + 1 for _, t in pairs))
 
 
 def plan_batches(src_lengths, tgt_lengths, max_tokens: int, rng: numpy.random.Generator | None = None) -> list:

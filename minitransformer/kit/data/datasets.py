@@ -61,7 +61,8 @@ def _read_lines(path: Path) -> list[str]:
     return lines
 
 
-def _pairs(src_lines: list[str], tgt_lines: list[str], src_path, tgt_path) -> list[tuple[str, str]]:
+def _read_pairs(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
+    src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
         raise ValueError(f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
                          "a parallel corpus needs one line per sentence on both sides")
@@ -82,8 +83,7 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
         raise ValueError(f"load_toy: split must be one of {TOY_SPLITS}, got {split!r}")
     _check_langs(src_lang, tgt_lang, "load_toy")
     directory = TOY_DIR if directory is None else Path(directory)
-    src_path, tgt_path = directory / f"{split}.{src_lang}.txt", directory / f"{split}.{tgt_lang}.txt"
-    return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
+    return _read_pairs(directory / f"{split}.{src_lang}.txt", directory / f"{split}.{tgt_lang}.txt")
 
 
 def multi30k_dir() -> Path:
@@ -124,8 +124,7 @@ def load_multi30k(directory=None, split: str = "train", src_lang: str = "de",
     split = _multi30k_split(split, "load_multi30k")
     _check_langs(src_lang, tgt_lang, "load_multi30k")
     directory = multi30k_dir() if directory is None else Path(directory).expanduser()
-    src_path, tgt_path = _find_file(directory, split, src_lang), _find_file(directory, split, tgt_lang)
-    return _pairs(_read_lines(src_path), _read_lines(tgt_path), src_path, tgt_path)
+    return _read_pairs(_find_file(directory, split, src_lang), _find_file(directory, split, tgt_lang))
 
 
 def download_multi30k(directory=None, splits=MULTI30K_SPLITS, langs=MULTI30K_LANGS,

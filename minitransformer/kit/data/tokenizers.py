@@ -336,11 +336,6 @@ def check_size(text, where: str):
     return text
 
 
-def _parse(text, where: str):
-    """A tokeniser's JSON text parsed, its size checked first (``check_size``)."""
-    return files.parse_json(check_size(text, where), where)
-
-
 def tokenizer_from_dict(data: dict):
     """A WordTokenizer or BPETokenizer from what its ``to_dict`` returned (checkpoints store that)."""
     kinds = {"word": WordTokenizer, "bpe": BPETokenizer}
@@ -349,9 +344,10 @@ def tokenizer_from_dict(data: dict):
     return kinds[data["type"]].from_dict(data)
 
 
-def tokenizer_from_json(text: str):
-    """A WordTokenizer or BPETokenizer from what its ``to_json`` returned."""
-    return tokenizer_from_dict(_parse(text, "tokenizer_from_json: text"))
+def tokenizer_from_json(text: str, where: str = "tokenizer_from_json: text"):
+    """A WordTokenizer or BPETokenizer from what its ``to_json`` returned, its size checked before parsing
+    (``check_size``); where: how an error names the text."""
+    return tokenizer_from_dict(files.parse_json(check_size(text, where), where))
 
 
 def load_tokenizer(path):
@@ -359,4 +355,4 @@ def load_tokenizer(path):
     refused, not waited on), read no further than one byte past the size a tokeniser may have."""
     with files.open_regular(path, "tokenizer file") as f:
         text = f.read(limits.MAX_TOKENIZER_BYTES + 1)
-    return tokenizer_from_dict(_parse(text, f"load_tokenizer: tokenizer file {path}"))
+    return tokenizer_from_json(text, f"load_tokenizer: tokenizer file {path}")
