@@ -119,7 +119,8 @@ def plan_batches(src_lengths, tgt_lengths, max_tokens: int, rng: numpy.random.Ge
 class ResumableBatches:
     """The stream protocol the Trainer reads: iterating serves the rest of the current epoch from ``position`` on,
     then moves to the next epoch. Batch k of epoch e is a fixed function of (seed, e, k), so ``state_dict()`` =
-    {seed, epoch, position} resumes exactly. Subclasses define ``__len__`` and ``batch_at(epoch, k)``."""
+    {seed, epoch, position} resumes exactly. Subclasses define ``__len__``, and ``pairs_at(epoch, k)`` (the
+    (src_ids, tgt_ids) pairs that ``batch_at`` pads, made and so trusted by the subclass) or ``batch_at`` itself."""
 
     seed: int
     epoch: int = 0
@@ -131,6 +132,9 @@ class ResumableBatches:
             self.position += 1                     # counted before yield: a checkpoint taken now resumes after it
             yield self.batch_at(self.epoch, k)
         self.epoch, self.position = self.epoch + 1, 0
+
+    def batch_at(self, epoch: int, k: int) -> Batch:
+        return _collate(self.pairs_at(epoch, k))
 
     def state_dict(self) -> dict:
         return {"seed": self.seed, "epoch": self.epoch, "position": self.position}

@@ -40,24 +40,22 @@ class TaskData:
 
 
 def task_data(settings: dict, tokenizers=None) -> TaskData:
-    """The data of a run with these settings (``minitransformer train``'s); a translation run given ``tokenizers``
-    (source, target), such as a resumed run's, keeps those vocabularies."""
-    return _sequence_data(settings) if settings["task"] in SEQUENCE_TASKS else _translation_data(settings, tokenizers)
-
-
-def _make_config(settings: dict, src_vocab: int, tgt_vocab: int, **extra) -> TransformerConfig:
-    return TransformerConfig.preset(settings["preset"], src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab,
-                                    **{**settings["model"], **extra})
-
-
-def _sequence_data(settings: dict) -> TaskData:
-    """copy, reverse: batches generated from the seed, exact match on the held-out sequences."""
+    """The data of a run with these settings (``minitransformer train``'s). copy, reverse: batches generated from the
+    seed, exact match on the held-out sequences; a translation run given ``tokenizers`` (source, target), such as
+    a resumed run's, keeps those vocabularies."""
+    if settings["task"] not in SEQUENCE_TASKS:
+        return _translation_data(settings, tokenizers)
     seq = SequenceTask(settings["task"])
     config = _make_config(settings, seq.vocab_size, seq.vocab_size, max_len=max(64, seq.max_len + 2))
     train_data = TaskBatches(seq, batch_size=settings["batch_size"], seed=settings["seed"])
     heldout = seq.heldout(settings["heldout"])          # also the validation set: the valid loss is computed on it
     return TaskData(config, train_data, heldout_batches(heldout), lambda model: exact_match(model, heldout),
                     heldout=heldout, metric_name="valid exact match", metric_percent=True)
+
+
+def _make_config(settings: dict, src_vocab: int, tgt_vocab: int, **extra) -> TransformerConfig:
+    return TransformerConfig.preset(settings["preset"], src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab,
+                                    **{**settings["model"], **extra})
 
 
 def _translation_data(settings: dict, tokenizers) -> TaskData:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy
 
 from minitransformer import checks
-from minitransformer.kit.data.batching import Batch, ResumableBatches, _collate, collate, translate_ids
+from minitransformer.kit.data.batching import Batch, ResumableBatches, collate, translate_ids
 
 FIRST_SYMBOL = 4                      # after <pad>, <bos>, <eos>, <unk>
 HELDOUT_SEED = 1_000_003
@@ -57,8 +57,11 @@ class SequenceTask:
 
     def batch(self, seed: int, epoch: int, index: int, batch_size: int) -> Batch:
         """Batch ``index`` of ``epoch``: a deterministic function of (seed, epoch, index)."""
-        checks.positive_int("SequenceTask.batch", "batch_size", batch_size)      # the pairs, made here, are trusted
-        return _collate(self.sample(numpy.random.default_rng([int(seed), int(epoch), int(index)]), batch_size))
+        return collate(self.batch_pairs(seed, epoch, index, batch_size))
+
+    def batch_pairs(self, seed: int, epoch: int, index: int, batch_size: int) -> list:
+        """The (src, tgt) pairs of that batch."""
+        return self.sample(numpy.random.default_rng([int(seed), int(epoch), int(index)]), batch_size)
 
     def heldout(self, n: int = 1000) -> list:
         """The held-out set: ``n`` (src, tgt) pairs, the same for every training seed."""
@@ -83,8 +86,8 @@ class TaskBatches(ResumableBatches):
     def __len__(self) -> int:
         return self.batches_per_epoch
 
-    def batch_at(self, epoch: int, k: int) -> Batch:
-        return self.task.batch(self.seed, epoch, k, self.batch_size)
+    def pairs_at(self, epoch: int, k: int) -> list:
+        return self.task.batch_pairs(self.seed, epoch, k, self.batch_size)
 
 
 def heldout_batches(pairs: list, batch_size: int = 250) -> list:

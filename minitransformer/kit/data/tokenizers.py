@@ -166,9 +166,8 @@ class BPETokenizer(_Tokenizer):
         if (vocab_size is None) == (num_merges is None):
             raise ValueError("BPETokenizer.learn: give exactly one of vocab_size or num_merges, "
                              f"got vocab_size={vocab_size!r}, num_merges={num_merges!r}")
-        for name, value in (("vocab_size", vocab_size), ("num_merges", num_merges)):
-            if value is not None:
-                checks.int_in("BPETokenizer.learn", name, value, 0, sys.maxsize)
+        name, value = ("vocab_size", vocab_size) if num_merges is None else ("num_merges", num_merges)
+        checks.int_in("BPETokenizer.learn", name, value, 0, sys.maxsize)
         checks.positive_int("BPETokenizer.learn", "min_frequency", min_frequency)
 
         # Distinct pieces (prepared as encode will) and their counts; each piece as a list of symbols.
@@ -209,8 +208,7 @@ class BPETokenizer(_Tokenizer):
             touched = {pair[0], pair[1], merged}
             delta: Counter = Counter()                    # how each pair's count changes with this merge
             for w in where.pop(pair):
-                old = words[w]
-                new = _merge_pair(old, pair)
+                old, new = words[w], _merge_pair(words[w], pair)
                 if new is old:
                     continue
                 for sign, symbols in ((-1, old), (1, new)):     # the word's old pairs out, its new pairs in
