@@ -1,6 +1,7 @@
 """Toy corpus (the grammar in data/make_toy_corpus.py, the files the package ships), Multi30k loader (real files
 when present), offline download."""
 
+import configparser
 import gzip
 import importlib.util
 import io
@@ -24,40 +25,50 @@ SHARED_MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "mul
 needs_multi30k = pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason=f"Multi30k not at {SHARED_MULTI30K}")
 # The toy grammar is the script that writes the shipped corpus; it lives in data/, outside the package.
 _spec = importlib.util.spec_from_file_location("make_toy_corpus", REPO / "data" / "make_toy_corpus.py")
-toy_grammar = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(toy_grammar)
+make_toy_corpus = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_toy_corpus)
 
 
 @pytest.fixture(scope="module")
 def corpus():
-    return toy_grammar.generate_corpus()
+    return make_toy_corpus.generate_corpus()
 
 
 # ----------------------------------------------------------------------------- toy generator
 
 
 def test_generator_is_deterministic(corpus):
-    assert toy_grammar.generate_corpus() == corpus
-    assert toy_grammar.generate_corpus(seed=1, sizes={"train": 50, "valid": 5, "test": 5}) == \
-        toy_grammar.generate_corpus(seed=1, sizes={"train": 50, "valid": 5, "test": 5})
-    assert toy_grammar.generate_corpus(seed=1)["train"][:50] != corpus["train"][:50]
+    assert make_toy_corpus.generate_corpus() == corpus
+    assert make_toy_corpus.generate_corpus(seed=1, sizes={"train": 50, "valid": 5, "test": 5}) == \
+        make_toy_corpus.generate_corpus(seed=1, sizes={"train": 50, "valid": 5, "test": 5})
+    assert make_toy_corpus.generate_corpus(seed=1)["train"][:50] != corpus["train"][:50]
 
 
 def test_splits_sizes_and_disjoint(corpus):
-    assert {k: len(v) for k, v in corpus.items()} == toy_grammar.SPLIT_SIZES
+    assert {k: len(v) for k, v in corpus.items()} == make_toy_corpus.SPLIT_SIZES
     for side in (0, 1):
         sets = {split: {pair[side] for pair in pairs} for split, pairs in corpus.items()}
-        assert sum(len(s) for s in sets.values()) == sum(toy_grammar.SPLIT_SIZES.values())   # no repeats anywhere
+        assert sum(len(s) for s in sets.values()) == sum(make_toy_corpus.SPLIT_SIZES.values())   # no repeats anywhere
         assert not sets["train"] & sets["valid"] and not sets["train"] & sets["test"] and not sets["valid"] & sets["test"]
 
 
 def test_files_on_disk_equal_generator_output(corpus):
     toy = datasets.TOY_DIR
-    for split in toy_grammar.SPLITS:
+    for split in make_toy_corpus.SPLITS:
         for side, lang in enumerate(("en", "de")):
             text = (toy / f"{split}.{lang}.txt").read_text(encoding="utf-8")
             assert text == "".join(pair[side] + "\n" for pair in corpus[split]), f"{split}.{lang}.txt is stale: rerun data/make_toy_corpus.py"
     assert sum(p.stat().st_size for p in toy.iterdir()) < 1_000_000
+
+
+def test_the_toy_corpus_is_package_data():
+    """An installed package (a wheel, no repository beside it) holds every file load_toy reads."""
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    globs = setup["options.package_data"]["minitransformer.kit.data"].split(",")
+    shipped = {path for pattern in globs for path in datasets.TOY_DIR.parent.glob(pattern.strip())}
+    wanted = {datasets.TOY_DIR / f"{split}.{lang}.txt" for split in datasets.TOY_SPLITS for lang in ("en", "de")}
+    assert wanted <= shipped and all(path.is_file() for path in wanted)
 
 
 def test_make_toy_corpus_script(tmp_path, corpus):
@@ -96,7 +107,7 @@ def test_sentences_are_clean(corpus):
         for en, de in pairs:
             for s in (en, de):
                 assert s == s.lower() and s == " ".join(s.split()) and s.endswith(" .")
-                assert toy_grammar.MIN_TOKENS <= len(s.split()) <= toy_grammar.MAX_TOKENS
+                assert make_toy_corpus.MIN_TOKENS <= len(s.split()) <= make_toy_corpus.MAX_TOKENS
     en_vocab = {w for p in corpus["train"] for w in p[0].split()}
     de_vocab = {w for p in corpus["train"] for w in p[1].split()}
     assert 100 <= len(en_vocab) <= 250 and 100 <= len(de_vocab) <= 250
@@ -130,11 +141,11 @@ def test_agreement_over_the_lexicon(corpus):
     dat = {"m": "dem", "f": "der", "n": "dem"}
     acc_indef = {"m": ("einen", "en"), "f": ("eine", "e"), "n": ("ein", "es")}
     expected = {}                                         # English 4-gram -> the German it must produce
-    for noun in toy_grammar.NOUNS:
-        for adj in toy_grammar.ADJECTIVES:
+    for noun in make_toy_corpus.NOUNS:
+        for adj in make_toy_corpus.ADJECTIVES:
             expected[("with", "the", adj.en, noun.en)] = f"mit {dat[noun.gender]} {adj.stem}en {noun.de}"
             art, ending = acc_indef[noun.gender]
-            for v in toy_grammar.VERBS:
+            for v in make_toy_corpus.VERBS:
                 if v.frame == "acc":
                     key = (v.en, "an" if adj.en[0] in "aeiou" else "a", adj.en, noun.en)
                     expected[key] = f"{art} {adj.stem}{ending} {noun.de}"
@@ -150,8 +161,8 @@ def test_agreement_over_the_lexicon(corpus):
 
 
 def _finite_forms():
-    forms = {"ist", "sind"} | {f for v in toy_grammar.VERBS for f in (v.de, v.de_pl)}
-    return forms | {f for pair in toy_grammar.AUX.values() for f in pair}
+    forms = {"ist", "sind"} | {f for v in make_toy_corpus.VERBS for f in (v.de, v.de_pl)}
+    return forms | {f for pair in make_toy_corpus.AUX.values() for f in pair}
 
 
 def test_word_order(corpus):
@@ -165,7 +176,7 @@ def test_word_order(corpus):
     for en, de in because:                                    # verb final: ", weil ... <finite verb> ."
         assert ", weil " in de
         assert de.split()[-2] in finite, de
-    participles = {v.de_part for v in toy_grammar.VERBS}
+    participles = {v.de_part for v in make_toy_corpus.VERBS}
     perfect = [(en, de) for en, de in corpus["train"] if en.split()[0] == "the" and en.split()[2] == "has"
                and not {"because", "although", "while", "that"} & set(en.split())]
     assert perfect
@@ -182,7 +193,7 @@ def test_load_toy_reads_the_files(corpus):
 
 
 def test_load_toy_reads_another_folder_and_names_a_missing_file(tmp_path, corpus):
-    toy_grammar.write_corpus({"test": corpus["test"]}, tmp_path)
+    make_toy_corpus.write_corpus({"test": corpus["test"]}, tmp_path)
     assert load_toy("test", "de", "en", directory=tmp_path)[0] == corpus["test"][0][::-1]
     with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "missing" / "test.en.txt"))):
         load_toy("test", directory=tmp_path / "missing")
