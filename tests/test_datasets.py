@@ -54,6 +54,7 @@ def test_splits_sizes_and_disjoint(corpus):
 
 def test_files_on_disk_equal_generator_output(corpus):
     toy = datasets.TOY_DIR
+    assert make_toy_corpus.SPLITS == datasets.TOY_SPLITS
     for split in make_toy_corpus.SPLITS:
         for side, lang in enumerate(("en", "de")):
             text = (toy / f"{split}.{lang}.txt").read_text(encoding="utf-8")
