@@ -159,17 +159,17 @@ class BucketBatcher(ResumableBatches):
         self.max_tokens, self.shuffle = max_tokens, bool(shuffle)
         self.src_lengths = numpy.array([len(s) for s, _ in self.pairs], dtype=numpy.int64)  # (N,)
         self.tgt_lengths = numpy.array([len(t) for _, t in self.pairs], dtype=numpy.int64)  # (N,)
-        self._plan_epoch, self._plan = None, None
+        self._plan_key, self._plan = None, None
         self.batches_for_epoch(0)                  # checks max_tokens now rather than mid-training
 
     def batches_for_epoch(self, epoch: int) -> list:
         """The index arrays of every batch of an epoch, in the order they are served."""
-        if self._plan_epoch != epoch:
+        if self._plan_key != (self.seed, epoch):                 # a resume may bring another seed
             rng = numpy.random.default_rng([self.seed, epoch]) if self.shuffle else None
             plan = plan_batches(self.src_lengths, self.tgt_lengths, self.max_tokens, rng)
             if rng is not None:
                 plan = [plan[k] for k in rng.permutation(len(plan))]
-            self._plan_epoch, self._plan = epoch, plan
+            self._plan_key, self._plan = (self.seed, epoch), plan
         return self._plan
 
     def __len__(self) -> int:                     # the same every epoch: the lengths do not change
@@ -180,10 +180,6 @@ class BucketBatcher(ResumableBatches):
 
     def batch_at(self, epoch: int, k: int) -> Batch:
         return self.batch(self.batches_for_epoch(epoch)[k])
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self._plan_epoch, self._plan = None, None  # the seed may have changed: plan again
 
 
 def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_size: int = 100,
