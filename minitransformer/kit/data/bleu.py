@@ -6,14 +6,16 @@ letter by letter and silently cut the longer of two streams of unequal length.
 """
 
 
-def _strings(name: str, values, none_ok: bool = False) -> list:
-    """values as a list of str (None entries allowed if none_ok)."""
+def _strings(name: str, values, none_ok: bool = False, n: int | None = None) -> list:
+    """values as a list of str (None entries allowed if none_ok), as many as the n hypotheses if n is given."""
     if isinstance(values, str) or not hasattr(values, "__iter__"):
         raise TypeError(f"corpus_bleu: {name} must be a list of str, got {type(values).__name__}")
     values = list(values)
     for i, v in enumerate(values):
         if not isinstance(v, str) and not (none_ok and v is None):
             raise TypeError(f"corpus_bleu: {name}[{i}] must be a str{' or None' * none_ok}, got {type(v).__name__}")
+    if n is not None and len(values) != n:
+        raise ValueError(f"corpus_bleu: {name} has {len(values)} sentences but hypotheses has {n}")
     return values
 
 
@@ -27,11 +29,7 @@ def _reference_streams(references, n: int) -> list:
         raise TypeError("corpus_bleu: references must be a non-empty list of str (one per hypothesis) or a list of "
                         f"reference streams (lists of str), got {got}")
     names = ["references"] if len(refs) == 1 else [f"references[{k}]" for k in range(len(refs))]
-    streams = [_strings(name, stream, none_ok=True) for name, stream in zip(names, refs)]
-    for name, stream in zip(names, streams):
-        if len(stream) != n:
-            raise ValueError(f"corpus_bleu: {name} has {len(stream)} sentences but hypotheses has {n}")
-    return streams
+    return [_strings(name, stream, none_ok=True, n=n) for name, stream in zip(names, refs)]
 
 
 def corpus_bleu_score(hypotheses, references, lowercase: bool = False):
