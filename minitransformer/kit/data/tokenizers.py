@@ -55,12 +55,10 @@ class _Tokenizer:
         self.vocab = Vocab() if vocab is None else vocab
         self.lowercase = bool(lowercase)
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
     def __len__(self) -> int:
         return len(self.vocab)
+
+    vocab_size = property(__len__)              # len(tokenizer), named as TransformerConfig names it
 
     def pieces(self, text: str) -> list[tuple[str, bool]]:
         """A text prepared for training and translating alike. -> [(piece, ends_word)]"""
