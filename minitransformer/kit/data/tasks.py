@@ -8,7 +8,7 @@ the batches an uninterrupted run would have seen. The held-out set has a generat
 seed; from length 6 on a held-out string is one of a million or more that training has almost surely never seen:
 exact match on them measures generalisation.
 
-    >>> make_pairs("reverse", n=2, seed=0)   # doctest: +NORMALIZE_WHITESPACE
+    >>> SequenceTask("reverse").sample(numpy.random.default_rng(0), 2)   # doctest: +NORMALIZE_WHITESPACE
     [([9, 6, 7, 4, 4, 4, 5, 12, 10], [10, 12, 5, 4, 4, 4, 7, 6, 9]),
      ([9, 10, 13, 11, 10, 9, 9], [9, 9, 10, 11, 13, 10, 9])]
 """
@@ -67,11 +67,6 @@ class SequenceTask:
         """The held-out set: ``n`` (src, tgt) pairs, the same for every training seed."""
         checks.positive_int("SequenceTask.heldout", "n", n)
         return self.sample(numpy.random.default_rng([HELDOUT_SEED, self.num_symbols, self.max_len]), n)
-
-
-def make_pairs(name: str, n: int, seed: int = 0, **task_options) -> list:
-    """``n`` random (src, tgt) pairs of the task ``name`` ("copy" | "reverse"), a function of ``seed``."""
-    return SequenceTask(name, **task_options).sample(numpy.random.default_rng(seed), n)
 
 
 class TaskBatches(ResumableBatches):
