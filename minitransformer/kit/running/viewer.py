@@ -1,12 +1,12 @@
 """The viewer's data: one sentence through any model of this package (core or fast tier), packed for a page that
 runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``.
 
-For (src, tgt), tgt the model's own output unless given, the page gets: every attention map A (H,Tq,Tk) of the
-three stacks, the queries and keys it came from, its mask; after one backward pass of the loss (cross-entropy, no
-label smoothing), dL/dA of each map and each head's share of the gradient reaching the embeddings; the decoding
-step by step (greedy, or each step's beam), with the next-token probabilities and the cross-attention; the
-positional encodings. Arrays travel as base64 float32 (exact, and under half the size of the numbers written out).
-Past MAX_TOKENS tokens a side the input is cut, with a note: the views draw T x T maps.
+For (src, tgt), tgt the model's own output unless given: every attention map A (H,Tq,Tk) of the three stacks, the
+queries and keys it came from, its mask; after one backward pass of the loss (cross-entropy, no label smoothing),
+dL/dA and each head's share of the gradient reaching the embeddings; the decoding step by step (greedy, or each
+step's beam) with the next-token probabilities and the cross-attention; the positional encodings. Arrays travel as
+base64 float32 (exact, and under half the size of the numbers written out). Past MAX_TOKENS tokens a side the input
+is cut, with a note: the views draw T x T maps.
 """
 
 from __future__ import annotations
@@ -50,32 +50,28 @@ def _labeller(tokenizer, config):
     return lambda ids: [names.get(i, str(i)) for i in ids]
 
 
-def _stacks(model) -> dict:
-    """Each attention's core, by stack, in layer order."""
-    return {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],
-            "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],
-            "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
-
-
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     """Loss, logits (T,V) and per stack the layers' A, q, k (read from the attention core's cache, which holds them
     until its backward), dL/dA, each head's share and |g_h| (``_head_paths``). Parameter gradients stay as they were."""
     grads, xp = [p.grad.copy() for p in model.parameters()], backend.xp()
+    by_stack = {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],       # each stack's
+                "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],  # attention cores
+                "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
     stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
                      "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale,
                      "mask": _pack(xp.broadcast_to(cores[0].mask_layer._cache.mask[0, 0], cores[0].attn.shape[2:]))}
-              for name, cores in _stacks(model).items()}
+              for name, cores in by_stack.items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
-    watched = [model.src_embed, model.tgt_embed, *sum(_stacks(model).values(), [])]
+    watched = [model.src_embed, model.tgt_embed, *sum(by_stack.values(), [])]
     for m in watched:
         m.keep_dout = True
     model.backward(loss_fn.backward())
     douts = {m: m.dout for m in watched}                       # module -> the dout its backward got
     for m in watched:
         m.keep_dout, m.dout = False, None
-    for name, cores in _stacks(model).items():
+    for name, cores in by_stack.items():
         stacks[name]["dattn"] = [a.dattn[0] for a in cores]
         stacks[name] = {key: _pack(xp.stack(v)) if isinstance(v, list) else v for key, v in stacks[name].items()}
     for name, paths in _head_paths(model, src, tgt_in, douts).items():
@@ -87,20 +83,22 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
 
 def _head_paths(model, src, tgt_in, douts) -> dict:
     """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
-    stacks' inputs; the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
+    stacks' inputs: the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
     part of g on the paths through the head (a cross head's: through its keys and values). The backward pass is
-    linear: g_h is the head's own dout (douts) taken back alone, so a layer's g_h and the paths that miss its heads
-    add up to g. Each head is a row of a batch that joins, from the top layer down, the rows going through the
-    layers below, run on that many copies of the sentence."""
+    linear: g_h is the head's own dout (douts) taken back alone, through the head's projections and attention, then
+    the layers below, so a layer's g_h and the paths that miss its heads add up to g. Each head is a row of a batch
+    that joins, from the top layer down, the rows going through the layers below, run on that many copies."""
     xp, H, enc, dec = backend.xp(), model.config.num_heads, model.encoder, model.decoder
     src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
     src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
-    xs = [model.src_pos.forward(model.src_embed.forward(src))]  # each encoder layer's input, then its output (1,S,D)
+    # Each layer's input (1,T,D), the stack's output last (eval mode: dropout is the identity), and mids: the input
+    # of each cross-attention sublayer, the output of the self-attention sublayer below it.
+    xs = [model.src_pos.forward(model.src_embed.forward(src))]
     for layer in enc.layers:
         xs.append(layer.forward(xs[-1], src_mask))
     memory = xs[-1] if enc.norm is None else enc.norm.forward(xs[-1])                         # (1,S,D)
-    ys, mids = [model.tgt_pos.forward(model.tgt_embed.forward(tgt))], []   # the same for the decoder (1,T,D), and
-    for layer in dec.layers:                                               # each cross-attention sublayer's input
+    ys, mids = [model.tgt_pos.forward(model.tgt_embed.forward(tgt))], []
+    for layer in dec.layers:
         mids.append(layer.sublayer_self.forward(ys[-1], lambda h: layer.self_attn.forward(h, h, h, tgt_mask)))
         ys.append(layer.forward(ys[-1], memory, tgt_mask, src_mask))
     one_hot = xp.eye(H, dtype=memory.dtype)[:, :, None, None]                                     # (H,H,1,1)
@@ -199,7 +197,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
         cross = None                                   # the output's own pass: the decoding is the page's stacks
         if given is not None:                          # the output, teacher-forced: the rows decoding saw
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
-            cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
+            cross = numpy.stack(model.attention_maps()["decoder_cross"])[:, 0]                        # (L,H,T,S)
         steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam, alpha, tgt_label)
     finally:
         model.train(was_training)
