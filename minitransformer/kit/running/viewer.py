@@ -54,8 +54,8 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     """Loss, logits (T,V) and per stack the layers' A, q, k (read from the attention core's cache, which holds them
     until its backward), dL/dA, each head's share and |g_h| (``_head_paths``). Parameter gradients stay as they were."""
     grads, xp = [p.grad.copy() for p in model.parameters()], backend.xp()
-    by_stack = {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],       # each stack's
-                "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],  # attention cores
+    by_stack = {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],       # attention cores
+                "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],
                 "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
     stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
