@@ -85,14 +85,14 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
     """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
     stacks' inputs: the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
     part of g on the paths through the head (a cross head's: through its keys and values). The backward pass is
-    linear: g_h is the head's own dout (douts) taken back alone, through the head's projections and attention, then
-    the layers below, so a layer's g_h and the paths that miss its heads add up to g. Each head is a row of a batch
-    that joins, from the top layer down, the rows going through the layers below, run on that many copies."""
+    linear: g_h is the head's own dout (douts) taken back alone, through its projections and attention core (below
+    W_o, which mixes the heads), then the layers below, so a layer's g_h and the paths that miss its heads add up to
+    g. Each head is a row of a batch that joins, from the top layer down, the rows going through the layers below,
+    run on that many copies of the sentence."""
     xp, H, enc, dec = backend.xp(), model.config.num_heads, model.encoder, model.decoder
     src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
     src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
-    # Each layer's input (1,T,D), the stack's output last (eval mode: dropout is the identity), and mids: the input
-    # of each cross-attention sublayer, the output of the self-attention sublayer below it.
+    # Each layer's input (1,T,D), the stack's output last (no dropout in eval mode); mids: each cross-attention's input
     xs = [model.src_pos.forward(model.src_embed.forward(src))]
     for layer in enc.layers:
         xs.append(layer.forward(xs[-1], src_mask))
@@ -112,7 +112,7 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
         kv = h if memory is None else rows(memory, H)
         q, k, v = (mha.split_heads(W.forward(t)) for W, t in ((mha.W_q, h), (mha.W_k, kv), (mha.W_v, kv)))
         mha.attention.forward(q, k, v, mask)
-        dq, dk, dv = mha.attention.backward(douts[mha.attention] * one_hot)                      # (H,H,T,Dk) ...
+        dq, dk, dv = mha.attention.backward(douts[mha.attention] * one_hot)              # (rows, heads, T, Dk) ...
         dq, dk, dv = (W.backward(mha.merge_heads(d)) for W, d in ((mha.W_q, dq), (mha.W_k, dk), (mha.W_v, dv)))
         if memory is not None:
             return dk + dv                                     # a cross head: to the memory, by keys and values
