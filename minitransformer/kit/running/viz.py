@@ -344,13 +344,11 @@ def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
     for i, e in enumerate(errors):
         ax.text(max(e, left) * 1.3, i, f"{e:.1e}" if e > 0 else "0", va="center", fontsize=8)
     ax.axvline(bound, color="black", linestyle="--", linewidth=1.2, label=f"bound {bound:g}: bars past it fail")
-    ax.set_xscale("log")
-    ax.set_xlim(left, max(errors.max(), bound) * 50)
     ax.set_yticks(range(len(errors)), [str(name) for name in names], fontsize=9)
     ax.invert_yaxis()                                                    # first row on top, as in the report
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set(xlabel="max relative error (log scale)", ylabel="tensor",
-           title=title if title is not None else "Gradient check: analytic vs numeric")
+    ax.set(xscale="log", xlim=(left, max(errors.max(), bound) * 50), xlabel="max relative error (log scale)",
+           ylabel="tensor", title=title if title is not None else "Gradient check: analytic vs numeric")
     return fig
 
 
