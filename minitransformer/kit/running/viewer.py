@@ -108,9 +108,9 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
 
     def own(sub, mha, x, mask, memory=None):   # row h: head h's part alone, from its output back to the sublayer's x
         x = rows(x, H)                                                                            # (H,T,D)
-        h = sub.norm.forward(x) if sub.norm_first else x                                          # what mha reads
-        kv = h if memory is None else rows(memory, H)
-        q, k, v = (mha.split_heads(W.forward(t)) for W, t in ((mha.W_q, h), (mha.W_k, kv), (mha.W_v, kv)))
+        query = sub.norm.forward(x) if sub.norm_first else x                                      # what mha reads
+        kv = query if memory is None else rows(memory, H)
+        q, k, v = (mha.split_heads(W.forward(t)) for W, t in ((mha.W_q, query), (mha.W_k, kv), (mha.W_v, kv)))
         mha.attention.forward(q, k, v, mask)
         dq, dk, dv = mha.attention.backward(douts[mha.attention] * one_hot)              # (rows, heads, T, Dk) ...
         dq, dk, dv = (W.backward(mha.merge_heads(d)) for W, d in ((mha.W_q, dq), (mha.W_k, dk), (mha.W_v, dv)))
