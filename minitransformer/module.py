@@ -127,8 +127,8 @@ class Module:
         if not hasattr(dout, "shape") or tuple(dout.shape) != cache.out_shape:
             raise ValueError(f"{type(self).__name__}.backward: dout must have the shape of the forward's output "
                              f"{cache.out_shape}, got {getattr(dout, 'shape', type(dout).__name__)}")
-        if self.keep_dout:
-            object.__setattr__(self, "dout", dout)
+        if self.keep_dout:                                       # a copy: a backward may write into its dout
+            object.__setattr__(self, "dout", dout.copy())
         object.__setattr__(self, "_cache", None)
         return cache
 
