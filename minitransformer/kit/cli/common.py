@@ -1,10 +1,8 @@
-"""What several commands share: options read into their range, the user's mistakes, loading a trained run."""
+"""What several commands share: the user's mistakes, loading a trained run."""
 
-import argparse
 import os
 import sys
 
-from minitransformer.kit import limits
 from minitransformer.kit.data.tokenizers import tokenizer_from_dict
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.files import parse_json
@@ -14,25 +12,6 @@ from minitransformer.model import TransformerConfig
 
 class CLIError(Exception):
     """A mistake in what the user asked for: printed as one line, exit code 2."""
-
-
-def option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
-    """A numeric option whose range is the setting's in ``limits`` (by default the one the flag names: --max-tokens,
-    max_tokens): the text as an int or float inside it, else an error saying what was expected and what came
-    (argparse prints it, exit code 2)."""
-    setting = setting or flag[2:].replace("-", "_")
-    convert = float if setting in limits.FLOAT_SETTINGS else int
-
-    def parse(text: str):
-        try:
-            value = convert(text) if len(text) <= 40 else None    # no 400-digit number reaches any arithmetic
-        except ValueError:
-            value = None
-        if value is None or not limits.within(setting, value):
-            raise argparse.ArgumentTypeError(f"expected {limits.expected(setting)}, got {text[:60]!r}")
-        return value
-    parse.setting = setting                                   # which limit it reads: tests walk every one
-    p.add_argument(flag, type=parse, metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
 
 
 def tokenizers_from_checkpoint(ck):
