@@ -1,17 +1,16 @@
-"""The options of every command (classroom's and convert's sit beside their commands), each number parsed into its range
-in ``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2."""
+"""The options of every command (classroom's sit in its package), each number parsed into its range in
+``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2."""
 
 import argparse
 
 from minitransformer import __version__
 from minitransformer.kit.classroom.commands import add_classroom
-from minitransformer.kit.data import datasets
 from minitransformer.kit.limits import option
 from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
 from . import evaluate, explain, translate
 from .train import cmd_train
-from .utility import add_convert, cmd_gradcheck
+from .utility import cmd_convert, cmd_download, cmd_gradcheck
 
 _MULTI30K = "$MINITRANSFORMER_MULTI30K if set, else ~/.cache/minitransformer/multi30k"
 
@@ -149,14 +148,20 @@ def _add_download(sub) -> None:
     dl.set_defaults(run=cmd_download)
 
 
-def cmd_download(args) -> int:
-    print(f"Multi30k files are in {datasets.download_multi30k(args.dir)}")
-    return 0
+def _add_convert(sub) -> None:
+    c = sub.add_parser("convert", help="rewrite checkpoints of earlier versions (.npz) as safetensors",
+                       description="Rewrite an .npz checkpoint of an earlier minitransformer as a .safetensors file "
+                                   "beside it (or, given a run folder, each of its checkpoint*.npz files), so that "
+                                   "translate, evaluate and train --resume read it. The old files are kept.")
+    c.add_argument("path", help="an .npz checkpoint, or a run folder holding checkpoint.npz and checkpoint-<step>.npz")
+    c.add_argument("--to", metavar="FILE",
+                   help="the new file's name (default: the old one's, ending in .safetensors); not for a folder")
+    c.set_defaults(run=cmd_convert)
 
 
 # Every command, in the order --help lists them: a function that adds its subparser (with set_defaults(run=...)).
 COMMANDS = [_add_train, _add_translate, _add_evaluate, _add_explain, _add_gradcheck, add_classroom, _add_download,
-            add_convert]
+            _add_convert]
 
 
 def build_parser() -> argparse.ArgumentParser:
