@@ -22,7 +22,7 @@ def tokenizers_from_checkpoint(ck):
     tokenizers = []
     for side in ("src", "tgt"):
         text = ck.tokenizers.get(side)
-        if not isinstance(text, str):
+        if text is None:                                     # a present one is a string: load_checkpoint saw to it
             raise CLIError(f"checkpoint {ck.path} is missing tokenizers.{side} (the {side} vocabulary as JSON)")
         try:
             tokenizer = tokenizer_from_dict(parse_json(text, f"tokenizers.{side}"))
