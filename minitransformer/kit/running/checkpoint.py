@@ -83,7 +83,9 @@ def _digest(metadata: dict, tensors: dict) -> str:
 
 def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0, batch: int = 0,
                     rng=None, config=None, tokenizers=None, extra=None, run=None) -> bytes:
-    """The bytes of one checkpoint file (see the module docstring), checked as the reader will check them."""
+    """The bytes of one checkpoint file (see the module docstring), checked as the reader will check them.
+    weights, optimizer, scheduler: ``state_dict()``s; epoch, batch: the data position; rng:
+    ``backend.get_rng_state()``; config, tokenizers, extra: JSON-able dicts; run: the writing run's id."""
     if not hasattr(weights, "items"):
         raise TypeError(f"save_checkpoint: weights must be a dict of arrays (model.state_dict()), "
                         f"got {type(weights).__name__}")
@@ -113,12 +115,9 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     return safetensors.numpy.save(tensors, metadata=metadata)
 
 
-def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0,
-                    batch: int = 0, rng=None, config=None, tokenizers=None, extra=None, run=None) -> str:
-    """Write one checkpoint file atomically -> its path. weights, optimizer, scheduler: ``state_dict()``s; epoch,
-    batch: the data position; rng: ``backend.get_rng_state()``; config, tokenizers, extra: JSON-able dicts."""
-    data = pack_checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch,
-                           batch=batch, rng=rng, config=config, tokenizers=tokenizers, extra=extra, run=run)
+def save_checkpoint(path, **state) -> str:
+    """Write one checkpoint file (``state``: the arguments of ``pack_checkpoint``) atomically -> its path."""
+    data = pack_checkpoint(**state)
     files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
     return os.fspath(path)
 
