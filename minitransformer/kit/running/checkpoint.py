@@ -38,7 +38,7 @@ CODES = {numpy.dtype(name): code for code, name in checks.DTYPES.items()}
 
 @dataclass
 class Checkpoint:
-    """What ``load_checkpoint`` read: the ``save_checkpoint`` arguments, the file's path and the run's id."""
+    """What ``load_checkpoint`` read: the ``pack_checkpoint`` arguments, the file's path and the run's id."""
 
     weights: OrderedDict
     optimizer: dict | None = None
@@ -151,7 +151,7 @@ def load_checkpoint(path) -> Checkpoint:
 
 
 def restore(meta: dict, tensors: dict) -> dict:
-    """The ``save_checkpoint`` arguments (but run) of metadata ``check_meta`` passed and its tensors."""
+    """The ``pack_checkpoint`` arguments (but run) of metadata ``check_meta`` passed and its tensors."""
     def tensor(name, scalar):
         return tensors[name][()] if scalar and tensors[name].shape == () else tensors[name]
 
@@ -239,7 +239,7 @@ class CheckpointManager:
         files.remove_stale_temps(self.directory)
 
     def save(self, step: int, **state) -> str:
-        """Write both files (``state`` as for ``save_checkpoint``), then prune. -> the latest's path."""
+        """Write both files (``state``: the arguments of ``pack_checkpoint``), then prune. -> the latest's path."""
         if self.run is None:
             self.run = run_of(latest_checkpoint(self.directory)) or secrets.token_hex(8)
         data = pack_checkpoint(step=step, run=self.run, **state)
