@@ -11,6 +11,7 @@ import re
 
 import numpy
 
+from minitransformer import backend
 from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
 from minitransformer.kit import files, limits
@@ -199,7 +200,7 @@ def check_state(path, what: str, state, template) -> None:
             check_state(path, f"{what}[{k!r}]", state[k], ref)
             if isinstance(k, str) and _SECOND_MOMENT.match(k) and state[k].size and state[k].min() < 0:
                 raise ValueError(f"{where}[{k!r}] holds negative values; Adam's second moments are squares")
-    elif isinstance(template, numpy.ndarray) or hasattr(template, "__cuda_array_interface__"):
+    elif backend.is_array(template):                          # weights on the device too
         if not isinstance(state, numpy.ndarray) or state.shape != tuple(template.shape):
             got = state.shape if isinstance(state, numpy.ndarray) else type(state).__name__
             raise ValueError(f"{where} must be an array of shape {tuple(template.shape)}, got {got}")
