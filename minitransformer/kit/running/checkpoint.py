@@ -205,11 +205,11 @@ def latest_checkpoint(directory) -> str | None:
 
 
 def resolve_checkpoint(path) -> str:
-    """A checkpoint file from a file or a run folder (its ``latest_checkpoint``); names the path if there is none."""
+    """The checkpoint file ``path`` names: itself, or a run folder's ``latest_checkpoint`` (FileNotFoundError: none)."""
     path = os.fspath(path)
     file = latest_checkpoint(path) if os.path.isdir(path) else path
-    if file is None or not os.path.exists(file):
-        raise FileNotFoundError(f"no checkpoint in {path}" if file is None else f"checkpoint {path} does not exist")
+    if file is None:
+        raise FileNotFoundError(f"no checkpoint in {path}")
     return file
 
 

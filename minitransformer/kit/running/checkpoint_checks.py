@@ -65,7 +65,7 @@ def read_header(path: str, f, size: int) -> tuple:
                              f"integer and float arrays")
         axes = isinstance(shape, list) and len(shape) <= limits.MAX_NDIM and all(_is_count(d, 2 ** 62) for d in shape)
         if not axes or math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS or \
-                math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize > size:               # (0, 2**62): no
+                math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize > size:     # (0, 2**62): no tensor of ours
             raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no tensor of a "
                              f"{size:,}-byte file has: refused before allocating")
         specs[name] = (code, shape)
