@@ -242,7 +242,7 @@ def check_resumable(trainer, ck) -> dict:
             if key != "step" and isinstance(value, (int, float)) and not value > 0:
                 raise ValueError(f"checkpoint {path}: scheduler[{key!r}] must be positive, got {value}")
     state = {"train_cpu_seconds": 0.0, **state}                     # a field that older checkpoints lack
-    for key in ("data", "history", "valid_history", "train_seconds", "tokens_seen", "skipped"):
+    for key in ("data", "history", "valid_history", *COUNTERS):
         if key not in state:
             raise ValueError(f"checkpoint {path} is missing the training state's {key!r}")
     check_state(path, "the training state's data position", state["data"], trainer.train_data.state_dict())
