@@ -70,6 +70,8 @@ class Module:
         number of times (inference);
       - a backward with no forward before it, or a second backward for one forward, raises;
       - ``dout`` must have the shape of the forward's output.
+    ``keep_dout = True`` keeps the gradient each backward receives as ``.dout``, to look at: how it changes
+    from layer to layer, which attention heads it reaches (as ``.attn`` keeps attention weights for plots).
     """
 
     def __init__(self):
@@ -77,6 +79,7 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_cache", None)                 # what the last forward saved for backward
+        object.__setattr__(self, "keep_dout", False)
 
     # -- registration ------------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -124,6 +127,8 @@ class Module:
         if not hasattr(dout, "shape") or tuple(dout.shape) != cache.out_shape:
             raise ValueError(f"{type(self).__name__}.backward: dout must have the shape of the forward's output "
                              f"{cache.out_shape}, got {getattr(dout, 'shape', type(dout).__name__)}")
+        if self.keep_dout:                                       # a copy: a backward may write into its dout
+            object.__setattr__(self, "dout", dout.copy())
         object.__setattr__(self, "_cache", None)
         return cache
 

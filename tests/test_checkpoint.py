@@ -1,7 +1,6 @@
 """Checkpoints: an exact round trip, safetensors that other tools open, atomic writes, every kind of damage
 refused by name, one run per folder, and the earlier .npz files converted."""
 
-import argparse
 import hashlib
 import json
 import os
@@ -591,7 +590,8 @@ def test_an_old_npz_checkpoint_is_named_then_converted_with_the_same_numbers(sav
 
 
 def test_a_run_folder_of_npz_files_converts_with_one_command(saved, tmp_path, capsys):
-    from minitransformer.kit.cli.utility import add_convert, cmd_convert
+    from minitransformer.kit.cli.parser import build_parser
+    from minitransformer.kit.cli.utility import cmd_convert
 
     _, model, opt, sched, _ = saved
     tmp_path = tmp_path / "old"
@@ -604,9 +604,7 @@ def test_a_run_folder_of_npz_files_converts_with_one_command(saved, tmp_path, ca
                                              r"with `minitransformer convert .*old`"):
             find(tmp_path)
 
-    parser = argparse.ArgumentParser()
-    add_convert(parser.add_subparsers(dest="command"))
-    assert cmd_convert(parser.parse_args(["convert", str(tmp_path)])) == 0
+    assert cmd_convert(build_parser().parse_args(["convert", str(tmp_path)])) == 0
     assert capsys.readouterr().out.count("wrote ") == 3
     assert [ck.step_of_file(p) for p in ck.last_checkpoints(tmp_path, 5)] == [2, 4]    # one run: averaged together
     assert ck.load_checkpoint(ck.resolve_checkpoint(tmp_path)).step == 4

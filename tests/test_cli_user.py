@@ -92,6 +92,17 @@ def test_every_command_describes_itself_and_no_help_points_into_the_source():
             assert source not in text, (name, source)
 
 
+def test_every_command_describes_itself_under_python_dash_OO():
+    """python -OO strips docstrings: a description taken from one would be None there."""
+    code = ("import json; from minitransformer.kit.cli.parser import build_parser\n"
+            "(sub,) = [a for a in build_parser()._actions if a.dest == 'command']\n"
+            "print(json.dumps({name: command.description for name, command in sub.choices.items()}))")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-OO", "-c", code], env=env, capture_output=True, text=True, check=True)
+    (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
+    assert json.loads(done.stdout) == {name: command.description for name, command in sub.choices.items()}
+
+
 def test_train_help_lists_each_tasks_defaults():
     (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
     text = sub.choices["train"].format_help()

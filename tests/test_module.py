@@ -107,6 +107,22 @@ def test_dout_must_have_the_output_shape(rng, float64):
     np.testing.assert_allclose(dx, out * (dout - (out * dout).sum(-1, keepdims=True)), rtol=1e-12)
 
 
+def test_keep_dout_keeps_the_gradient_each_backward_receives(rng, float64):
+    """Off by default (nothing is held between steps); on, a layer of each tier keeps the dout of its last backward."""
+    for mha in (L.MultiHeadAttention(6, 3), mt.fast.layers.MultiHeadAttention(6, 3)):
+        x = rng.standard_normal((2, 4, 6))
+        mha.backward(rng.standard_normal(mha(x, x, x).shape))
+        assert not hasattr(mha.attention, "dout")
+        mha.attention.keep_dout = True
+        for _ in range(2):
+            dout = rng.standard_normal((2, 4, 6))
+            mha(x, x, x)
+            mha.backward(dout)
+            dheads = mha.split_heads(dout @ mha.W_o.W.data.T)          # what W_o hands the heads   (B,H,T,Dv)
+            np.testing.assert_array_equal(mha.attention.dout, dheads)
+        assert not hasattr(mha.W_o, "dout")
+
+
 def _classes(module):
     return [getattr(module, name) for name in module.__all__
             if isinstance(getattr(module, name), type) and issubclass(getattr(module, name), mt.Module)]

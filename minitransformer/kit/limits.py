@@ -3,6 +3,8 @@ checkpoint writer and reader, resume and evaluate read their bounds here, so wha
 others accept too (the core guards its own entry points). The bounds sit far beyond the paper's big model (d_model
 1024, 16 heads, 6+6 layers, d_ff 4096): they refuse a typo or a crafted file before any allocation."""
 
+import argparse
+
 from minitransformer.decoding import MAX_BEAM
 from minitransformer.fast.parallel import MAX_WORKERS
 
@@ -84,3 +86,22 @@ def within(name: str, value) -> bool:
     if isinstance(value, bool) or not isinstance(value, kinds):
         return False
     return (low < value if ends[0] == "(" else low <= value) and (value < high if ends[1] == ")" else value <= high)
+
+
+def option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
+    """Add to parser ``p`` a numeric option whose range is the setting's (by default the one the flag names:
+    --max-tokens, max_tokens): the text as an int or float inside it, else an error saying what was expected and what
+    came (argparse prints it, exit code 2)."""
+    setting = setting or flag[2:].replace("-", "_")
+    convert = float if setting in FLOAT_SETTINGS else int
+
+    def parse(text: str):
+        try:
+            value = convert(text) if len(text) <= 40 else None    # no 400-digit number reaches any arithmetic
+        except ValueError:
+            value = None
+        if value is None or not within(setting, value):
+            raise argparse.ArgumentTypeError(f"expected {expected(setting)}, got {text[:60]!r}")
+        return value
+    parse.setting = setting                                   # which limit it reads: tests walk every one
+    p.add_argument(flag, type=parse, metavar="N", help=f"{help}; {expected(setting)}", **kw)

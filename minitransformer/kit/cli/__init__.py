@@ -14,8 +14,6 @@ from minitransformer.kit.running.trainer import NonFiniteError
 from .common import CLIError
 from .parser import build_parser
 
-__all__ = ["CLIError", "build_parser", "main"]
-
 # What each kind of error exits with: 2 for what the user gave, 1 for what happened while running.
 _USER_ERRORS = (CLIError, FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
                 ValueError, TypeError)

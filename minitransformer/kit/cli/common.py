@@ -1,10 +1,8 @@
-"""What several commands share: options read into their range, the user's mistakes, loading a trained run."""
+"""What several commands share: the user's mistakes, loading a trained run."""
 
-import argparse
 import os
 import sys
 
-from minitransformer.kit import limits
 from minitransformer.kit.data.tokenizers import tokenizer_from_dict
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.files import parse_json
@@ -16,25 +14,6 @@ class CLIError(Exception):
     """A mistake in what the user asked for: printed as one line, exit code 2."""
 
 
-def option(p, flag: str, help: str, setting: str | None = None, **kw) -> None:
-    """A numeric option whose range is the setting's in ``limits`` (by default the one the flag names: --max-tokens,
-    max_tokens): the text as an int or float inside it, else an error saying what was expected and what came
-    (argparse prints it, exit code 2)."""
-    setting = setting or flag[2:].replace("-", "_")
-    convert = float if setting in limits.FLOAT_SETTINGS else int
-
-    def parse(text: str):
-        try:
-            value = convert(text) if len(text) <= 40 else None    # no 400-digit number reaches any arithmetic
-        except ValueError:
-            value = None
-        if value is None or not limits.within(setting, value):
-            raise argparse.ArgumentTypeError(f"expected {limits.expected(setting)}, got {text[:60]!r}")
-        return value
-    parse.setting = setting                                   # which limit it reads: tests walk every one
-    p.add_argument(flag, type=parse, metavar="N", help=f"{help}; {limits.expected(setting)}", **kw)
-
-
 def tokenizers_from_checkpoint(ck):
     """(source, target) tokenisers saved with a run; (None, None) for a copy/reverse run, which has none.
     A checkpoint may come from anyone: a missing side, bad JSON or a bad vocabulary is a CLIError naming it."""
@@ -43,7 +22,7 @@ def tokenizers_from_checkpoint(ck):
     tokenizers = []
     for side in ("src", "tgt"):
         text = ck.tokenizers.get(side)
-        if not isinstance(text, str):
+        if text is None:                                     # a present one is a string: load_checkpoint saw to it
             raise CLIError(f"checkpoint {ck.path} is missing tokenizers.{side} (the {side} vocabulary as JSON)")
         try:
             tokenizer = tokenizer_from_dict(parse_json(text, f"tokenizers.{side}"))

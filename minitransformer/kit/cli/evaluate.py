@@ -1,5 +1,4 @@
-"""Score a checkpoint: BLEU on a split of its translation task, or exact match on the held-out sequences of a
-copy/reverse run. Prints the score and writes it as JSON."""
+"""``minitransformer evaluate``: a checkpoint's BLEU, or a copy/reverse run's exact match, printed and saved as JSON."""
 
 import os
 

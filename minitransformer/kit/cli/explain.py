@@ -1,7 +1,4 @@
-"""Translate one sentence and write one page, to open from disk in any browser (nothing is fetched): the attention of
-every head (head view, model view), the queries and keys behind it, dL/dA after one backward pass of the loss on
-the translation (or on --target), the decoding step by step, the masks and the positional encodings; each view
-exports as PNG or SVG. The sentence is read as translate reads it."""
+"""``minitransformer explain``: one sentence translated, and the page that shows it inside the model."""
 
 import os
 import sys

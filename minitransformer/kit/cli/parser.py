@@ -1,17 +1,17 @@
-"""The options of every command (classroom's and convert's sit beside their commands), each number parsed into its range
-in ``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2."""
+"""The options of every command (classroom's sit in its package), each number parsed into its range in
+``minitransformer.kit.limits`` before anything runs: a bad one is a usage error naming the option, exit code 2."""
 
 import argparse
 
 from minitransformer import __version__
+from minitransformer.kit.classroom.commands import add_classroom
 from minitransformer.kit.data import datasets
+from minitransformer.kit.limits import option
 from minitransformer.kit.running.settings import PRESETS, TASKS, defaults_table
 
 from . import evaluate, explain, translate
-from .common import option
-from .teaching import add_classroom
 from .train import cmd_train
-from .utility import add_convert, cmd_gradcheck
+from .utility import cmd_convert, cmd_download, cmd_gradcheck
 
 
 def _add_train(sub) -> None:
@@ -88,7 +88,12 @@ def _decoding_options(p) -> None:
 
 def _add_translate(sub) -> None:
     tr = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
-                        description=translate.__doc__)
+                        description="Translate the sentences given, or else each line of standard input as it "
+                                    "arrives, one line each. Each is prepared as the training text was; stderr names "
+                                    "the words the model does not know and tokens cut beyond its length. A "
+                                    "translation has at most 2 x (source tokens) + 10 tokens, and at most source "
+                                    "tokens + 50 (paper §6.1): a model that did not understand its input does not "
+                                    "repeat a word for long.")
     tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     _decoding_options(tr)
     tr.add_argument("--quiet", action="store_true", help="no notes on stderr about the input")
@@ -97,7 +102,9 @@ def _add_translate(sub) -> None:
 
 def _add_evaluate(sub) -> None:
     ev = sub.add_parser("evaluate", help="BLEU (or exact match) of a checkpoint on a data split",
-                        description=evaluate.__doc__)
+                        description="Score a checkpoint: BLEU on a split of its translation task, or exact match on "
+                                    "the held-out sequences of a copy/reverse run. Prints the score and writes it as "
+                                    "JSON.")
     _decoding_options(ev)
     ev.add_argument("--split", default="test", choices=("train", "valid", "test"),
                     help="data split (default test; a copy/reverse checkpoint is scored on its held-out sequences)")
@@ -109,7 +116,12 @@ def _add_evaluate(sub) -> None:
 
 def _add_explain(sub) -> None:
     ex = sub.add_parser("explain", help="write a page that shows one sentence inside a trained model",
-                        description=explain.__doc__)
+                        description="Translate one sentence and write one page, to open from disk in any browser "
+                                    "(nothing is fetched): the attention of every head (head view, model view), the "
+                                    "queries and keys behind it, dL/dA after one backward pass of the loss on the "
+                                    "translation (or on --target), the decoding step by step, the masks and the "
+                                    "positional encodings; each view exports as PNG or SVG. The sentence is read as "
+                                    "translate reads it.")
     ex.add_argument("sentence", help="the sentence (for a copy/reverse run: symbol ids separated by spaces)")
     _decoding_options(ex)
     ex.add_argument("--target", help="a reference translation: the gradient view uses the loss on it")
@@ -135,14 +147,20 @@ def _add_download(sub) -> None:
     dl.set_defaults(run=cmd_download)
 
 
-def cmd_download(args) -> int:
-    print(f"Multi30k files are in {datasets.download_multi30k(args.dir)}")
-    return 0
+def _add_convert(sub) -> None:
+    c = sub.add_parser("convert", help="rewrite checkpoints of earlier versions (.npz) as safetensors",
+                       description="Rewrite an .npz checkpoint of an earlier minitransformer as a .safetensors file "
+                                   "beside it (or, given a run folder, each of its checkpoint*.npz files), so that "
+                                   "translate, evaluate and train --resume read it. The old files are kept.")
+    c.add_argument("path", help="an .npz checkpoint, or a run folder holding checkpoint.npz and checkpoint-<step>.npz")
+    c.add_argument("--to", metavar="FILE",
+                   help="the new file's name (default: the old one's, ending in .safetensors); not for a folder")
+    c.set_defaults(run=cmd_convert)
 
 
 # Every command, in the order --help lists them: a function that adds its subparser (with set_defaults(run=...)).
 COMMANDS = [_add_train, _add_translate, _add_evaluate, _add_explain, _add_gradcheck, add_classroom, _add_download,
-            add_convert]
+            _add_convert]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,4 @@
-"""Translate the sentences given, or else each line of standard input as it arrives, one line each. Each is prepared
-as the training text was; stderr names the words the model does not know and tokens cut beyond its length. A
-translation has at most 2 x (source tokens) + 10 tokens, and at most source tokens + 50 (paper §6.1): a model that
-did not understand its input does not repeat a word for long."""
+"""``minitransformer translate``: the sentences given, or each line of stdin as it arrives, one line each."""
 
 import sys
 

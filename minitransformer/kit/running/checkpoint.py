@@ -38,7 +38,7 @@ CODES = {numpy.dtype(name): code for code, name in checks.DTYPES.items()}
 
 @dataclass
 class Checkpoint:
-    """What ``load_checkpoint`` read: the ``save_checkpoint`` arguments, the file's path and the run's id."""
+    """What ``load_checkpoint`` read: the ``pack_checkpoint`` arguments, the file's path and the run's id."""
 
     weights: OrderedDict
     optimizer: dict | None = None
@@ -83,7 +83,9 @@ def _digest(metadata: dict, tensors: dict) -> str:
 
 def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0, batch: int = 0,
                     rng=None, config=None, tokenizers=None, extra=None, run=None) -> bytes:
-    """The bytes of one checkpoint file (see the module docstring), checked as the reader will check them."""
+    """The bytes of one checkpoint file (see the module docstring), checked as the reader will check them.
+    weights, optimizer, scheduler: ``state_dict()``s; epoch, batch: the data position; rng:
+    ``backend.get_rng_state()``; config, tokenizers, extra: JSON-able dicts; run: the writing run's id."""
     if not hasattr(weights, "items"):
         raise TypeError(f"save_checkpoint: weights must be a dict of arrays (model.state_dict()), "
                         f"got {type(weights).__name__}")
@@ -113,12 +115,9 @@ def pack_checkpoint(*, weights, optimizer=None, scheduler=None, step: int = 0, e
     return safetensors.numpy.save(tensors, metadata=metadata)
 
 
-def save_checkpoint(path, *, weights, optimizer=None, scheduler=None, step: int = 0, epoch: int = 0,
-                    batch: int = 0, rng=None, config=None, tokenizers=None, extra=None, run=None) -> str:
-    """Write one checkpoint file atomically -> its path. weights, optimizer, scheduler: ``state_dict()``s; epoch,
-    batch: the data position; rng: ``backend.get_rng_state()``; config, tokenizers, extra: JSON-able dicts."""
-    data = pack_checkpoint(weights=weights, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch,
-                           batch=batch, rng=rng, config=config, tokenizers=tokenizers, extra=extra, run=run)
+def save_checkpoint(path, **state) -> str:
+    """Write one checkpoint file (``state``: the arguments of ``pack_checkpoint``) atomically -> its path."""
+    data = pack_checkpoint(**state)
     files.atomic_write(path, lambda f: _write_file(f, data), "checkpoint")
     return os.fspath(path)
 
@@ -152,7 +151,7 @@ def load_checkpoint(path) -> Checkpoint:
 
 
 def restore(meta: dict, tensors: dict) -> dict:
-    """The ``save_checkpoint`` arguments (but run) of metadata ``check_meta`` passed and its tensors."""
+    """The ``pack_checkpoint`` arguments (but run) of metadata ``check_meta`` passed and its tensors."""
     def tensor(name, scalar):
         return tensors[name][()] if scalar and tensors[name].shape == () else tensors[name]
 
@@ -206,11 +205,11 @@ def latest_checkpoint(directory) -> str | None:
 
 
 def resolve_checkpoint(path) -> str:
-    """A checkpoint file from a file or a run folder (its ``latest_checkpoint``); names the path if there is none."""
+    """The checkpoint file ``path`` names: itself, or a run folder's ``latest_checkpoint`` (FileNotFoundError: none)."""
     path = os.fspath(path)
     file = latest_checkpoint(path) if os.path.isdir(path) else path
-    if file is None or not os.path.exists(file):
-        raise FileNotFoundError(f"no checkpoint in {path}" if file is None else f"checkpoint {path} does not exist")
+    if file is None:
+        raise FileNotFoundError(f"no checkpoint in {path}")
     return file
 
 
@@ -240,7 +239,7 @@ class CheckpointManager:
         files.remove_stale_temps(self.directory)
 
     def save(self, step: int, **state) -> str:
-        """Write both files (``state`` as for ``save_checkpoint``), then prune. -> the latest's path."""
+        """Write both files (``state``: the arguments of ``pack_checkpoint``), then prune. -> the latest's path."""
         if self.run is None:
             self.run = run_of(latest_checkpoint(self.directory)) or secrets.token_hex(8)
         data = pack_checkpoint(step=step, run=self.run, **state)

@@ -11,6 +11,7 @@ import re
 
 import numpy
 
+from minitransformer import backend
 from minitransformer.budget import parameter_count
 from minitransformer.config import TransformerConfig
 from minitransformer.kit import files, limits
@@ -37,10 +38,10 @@ def check_sizes(where: str, meta_bytes: int, specs: dict) -> None:
 
 
 def read_header(path: str, f, size: int) -> tuple:
-    """(metadata, {name: (dtype code, shape)}) of the open file, no tensor read: a header longer than
-    ``limits.MAX_HEADER_BYTES`` or the file is refused unread, a tensor claiming more bytes than its offsets before
-    anything is allocated. The rest of the layout (offsets in order, the file covered) is safetensors' to check as
-    it loads; it reads the same header by the same rules (of a repeated name, the last counts in both)."""
+    """(metadata, {name: (dtype code, shape)}) of the open file, no tensor read. Refused unread: a header longer
+    than ``limits.MAX_HEADER_BYTES`` or the file, a dtype no checkpoint holds, a tensor larger than the limits or
+    the file. The layout (each tensor's offsets, the file covered) is safetensors' to check as it loads; it reads
+    the same header by the same rules (of a repeated name, the last counts in both)."""
     head = f.read(8)
     if head.startswith(b"PK\x03\x04"):
         raise ValueError(f"checkpoint {path} is in the .npz format of earlier versions: convert it once with "
@@ -57,20 +58,16 @@ def read_header(path: str, f, size: int) -> tuple:
     check_sizes(where, len(metadata["minitransformer"].encode("utf-8")), header)
     specs = {}
     for name, entry in header.items():
-        code, shape, offsets = (entry.get(k) for k in ("dtype", "shape", "data_offsets")) if \
-            isinstance(entry, dict) and len(entry) == 3 else (None, None, None)
+        code, shape = (entry.get("dtype"), entry.get("shape")) if isinstance(entry, dict) and len(entry) == 3 \
+            else (None, None)
         if code not in DTYPES:
             raise ValueError(f"{where}: tensor {name!r:.60} holds {code!r:.20} values; a checkpoint holds only bool, "
                              f"integer and float arrays")
         axes = isinstance(shape, list) and len(shape) <= limits.MAX_NDIM and all(_is_count(d, 2 ** 62) for d in shape)
-        if not axes or math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS:               # (0, 2**62): no
-            raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no checkpoint tensor "
-                             f"has")
-        nbytes = math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o, size) for o in offsets) or \
-                offsets[1] - offsets[0] != nbytes:
-            raise ValueError(f"{where}: tensor {name!r:.60} claims {nbytes:,} bytes (shape {shape}, {code}) but its "
-                             f"offsets {offsets!r:.60} say otherwise: refused before allocating")
+        if not axes or math.prod(d or 1 for d in shape) > limits.MAX_ELEMENTS or \
+                math.prod(shape) * numpy.dtype(DTYPES[code]).itemsize > size:     # (0, 2**62): no tensor of ours
+            raise ValueError(f"{where}: tensor {name!r:.60} has the shape {shape!r:.80}, which no tensor of a "
+                             f"{size:,}-byte file has: refused before allocating")
         specs[name] = (code, shape)
     return metadata, specs
 
@@ -187,7 +184,8 @@ def full_config(config):
 def check_state(path, what: str, state, template) -> None:
     """Refuse (ValueError naming the file and the entry) a state that does not fit ``template``, the
     ``state_dict()`` it will be loaded into, before anything changes: the same keys; arrays of the template's shape
-    and kind, finite in its dtype (Adam's ``v.<i>`` >= 0); ints in [0, MAX_COUNT]; floats >= 0 finite in float32."""
+    and kind, finite in its dtype (Adam's ``v.<i>`` >= 0); ints in [0, MAX_COUNT]; floats >= 0 finite in float32;
+    any other value of the template's type."""
     where = f"checkpoint {path}: {what}"
     if isinstance(template, dict):
         if not isinstance(state, dict):
@@ -202,12 +200,7 @@ def check_state(path, what: str, state, template) -> None:
             check_state(path, f"{what}[{k!r}]", state[k], ref)
             if isinstance(k, str) and _SECOND_MOMENT.match(k) and state[k].size and state[k].min() < 0:
                 raise ValueError(f"{where}[{k!r}] holds negative values; Adam's second moments are squares")
-    elif isinstance(template, (list, tuple)):
-        if not isinstance(state, (list, tuple)) or len(state) != len(template):
-            raise ValueError(f"{where} must be a list of {len(template)}, got {type(state).__name__}")
-        for i, (v, ref) in enumerate(zip(state, template)):
-            check_state(path, f"{what}[{i}]", v, ref)
-    elif isinstance(template, numpy.ndarray) or hasattr(template, "__cuda_array_interface__"):
+    elif backend.is_array(template):                          # weights on the device too
         if not isinstance(state, numpy.ndarray) or state.shape != tuple(template.shape):
             got = state.shape if isinstance(state, numpy.ndarray) else type(state).__name__
             raise ValueError(f"{where} must be an array of shape {tuple(template.shape)}, got {got}")
@@ -218,18 +211,15 @@ def check_state(path, what: str, state, template) -> None:
         if largest > float(numpy.finfo(template.dtype).max if narrower else math.inf):
             raise ValueError(f"{where} holds values beyond the range of {template.dtype}, the dtype it runs in "
                              f"(largest magnitude {largest:.3g})")
-    elif isinstance(template, bool):
-        if not isinstance(state, (bool, numpy.bool_)):
-            raise ValueError(f"{where} must be true or false, got {state!r:.60}")  # noqa: TRY004
-    elif isinstance(template, (int, numpy.integer)):
-        count(state, what, f"checkpoint {path}")
     elif isinstance(template, (float, numpy.floating)):
         real = isinstance(state, numbers.Real) and not isinstance(state, bool)      # numpy's bool is no Real
         if not (real and 0 <= float(min(state, 2 ** 1000)) <= _FLOAT32_MAX):        # min: a huge int stays finite
             raise ValueError(f"{where} must be a finite number >= 0 (at most {_FLOAT32_MAX:.4g}: finite in float32), "
                              f"got {state!r:.60}")
-    elif template is None and state is not None:
-        raise ValueError(f"{where} must be null, got {type(state).__name__}")
+    elif isinstance(template, (int, numpy.integer)) and not isinstance(template, bool):
+        count(state, what, f"checkpoint {path}")
+    elif type(state) is not type(template):      # a bool, str or None; a list by its type (no state_dict() holds one)
+        raise ValueError(f"{where} must be a {type(template).__name__}, got {type(state).__name__}")
 
 
 def check_resumable(trainer, ck) -> dict:
@@ -242,12 +232,8 @@ def check_resumable(trainer, ck) -> dict:
         changed = sorted(k for k in set(saved) | set(ours) if saved.get(k) != ours.get(k))
         raise ValueError(f"Trainer.resume: checkpoint {path} was trained with another model config "
                          f"(differs in {changed}); build the model from the checkpoint's config to resume")
-    for absent, what in ((state is None, "training state (was it written by Trainer?)"),
-                         (ck.optimizer is None, "optimiser state"),
-                         (trainer.scheduler is not None and ck.scheduler is None,
-                          "scheduler state, and this run has a scheduler")):
-        if absent:
-            raise ValueError(f"Trainer.resume: checkpoint {path} holds no {what}")
+    if not isinstance(state, dict):
+        raise ValueError(f"Trainer.resume: checkpoint {path} holds no training state (was it written by Trainer?)")
     check_state(path, "weights", ck.weights, {name: p.data for name, p in trainer.model.named_parameters()})
     check_state(path, "optimizer", ck.optimizer, {**trainer.optimizer.state_dict(), "lr": 0.0})      # lr: any rate >= 0
     if trainer.scheduler is not None:
@@ -255,11 +241,8 @@ def check_resumable(trainer, ck) -> dict:
         for key, value in ck.scheduler.items():
             if key != "step" and isinstance(value, (int, float)) and not value > 0:
                 raise ValueError(f"checkpoint {path}: scheduler[{key!r}] must be positive, got {value}")
-    if not isinstance(state, dict):
-        raise ValueError(f"checkpoint {path}: the training state must be an object, "  # noqa: TRY004
-                         f"got {type(state).__name__}")
     state = {"train_cpu_seconds": 0.0, **state}                     # a field that older checkpoints lack
-    for key in ("data", "history", "valid_history", "train_seconds", "tokens_seen", "skipped"):
+    for key in ("data", "history", "valid_history", *COUNTERS):
         if key not in state:
             raise ValueError(f"checkpoint {path} is missing the training state's {key!r}")
     check_state(path, "the training state's data position", state["data"], trainer.train_data.state_dict())

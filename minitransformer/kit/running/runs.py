@@ -23,9 +23,7 @@ from .trainer import Trainer
 
 def tier(reference: bool) -> tuple:
     """(Transformer, CrossEntropyLoss, Adam) of the core with ``reference``, else the fast tier's drop-in subclasses."""
-    if reference:
-        return Transformer, CrossEntropyLoss, Adam
-    return fast.Transformer, fast.CrossEntropyLoss, fast.Adam
+    return (Transformer, CrossEntropyLoss, Adam) if reference else (fast.Transformer, fast.CrossEntropyLoss, fast.Adam)
 
 
 # A model narrower than this gets one BLAS thread: its products are small, a second thread gains nothing on an

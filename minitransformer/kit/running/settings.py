@@ -89,7 +89,7 @@ _CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), 
 _BOOLS = ("progress", "plots", "reference", "norm_first")
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
                "limit", "data_dir")
-MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers", "d_v")
+MODEL_FIELDS = (*MODEL_OPTIONS.values(), "num_decoder_layers")
 # Runs saved before these settings existed: fast-tier runs (reference) on the whole batch (workers 1), scored
 # on their last model (average 1).
 OPTIONAL_SAVED = {"reference": False, "workers": 1, "average": 1}
@@ -106,12 +106,10 @@ def _expected(name: str, value):
     return None if limits.within(name, value) else limits.expected(name)
 
 
-def check_saved_settings(saved, task: str | None, where: str, complete: bool) -> dict:
-    """The one schema of a run's settings: those a checkpoint holds, checked against the ranges ``train`` accepts
-    (ValueError naming ``where`` and the setting), where a checkpoint is read or written (``check_meta``); complete:
-    ``check_complete`` too. Unknown names are dropped."""
-    if not isinstance(saved, dict):
-        raise ValueError(f"{where}: settings must be an object, got {type(saved).__name__}")  # noqa: TRY004
+def check_saved_settings(saved: dict, task: str | None, where: str, complete: bool) -> dict:
+    """The one schema of a run's settings, checked against the ranges ``train`` accepts (ValueError naming ``where``
+    and the setting) by ``train`` and wherever a checkpoint is read or written (``check_meta``); complete:
+    ``check_complete`` too. -> the settings, unknown names dropped."""
     if complete:
         check_complete(saved, task, where)
     known = set(limits.INT_SETTINGS) | set(limits.FLOAT_SETTINGS) | set(_CHOICES) | set(_BOOLS) | {"data_dir"}
@@ -123,7 +121,7 @@ def check_saved_settings(saved, task: str | None, where: str, complete: bool) ->
     for field, key, got in fields + [(f"model.{k}", k, v) for k, v in model.items()]:
         if expected := _expected(key, got):
             raise ValueError(f"{where}: settings.{field} must be {expected}, got {got!r:.60}")
-    return {**checked, "model": dict(checked["model"])} if "model" in checked else checked
+    return checked
 
 
 def check_complete(saved: dict, task: str, where: str) -> None:

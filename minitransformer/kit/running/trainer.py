@@ -176,12 +176,10 @@ class Trainer:
 
     def validation_loss(self) -> float:
         """Mean loss over every non-pad target token of valid_data, in eval mode (no dropout)."""
-        if not self.valid_data:
-            return math.nan
         total, count = 0.0, 0
         self.model.eval()
         try:
-            for batch in self.valid_data:
+            for batch in self.valid_data or ():
                 src, tgt_in, tgt_out, _ = unpack_batch(batch, self.pad_id)
                 loss = self.loss_fn(self.model(src, tgt_in), tgt_out)
                 n = getattr(self.loss_fn, "num_tokens", 1)           # the non-pad tokens of this batch
@@ -255,22 +253,22 @@ class Trainer:
         if self.checkpoints is None:
             raise ValueError("Trainer.save: no checkpoint_dir was given")
         self._claim_checkpoint_dir()
-        data = self.train_data.state_dict()
-        trainer = {"data": data, **{k: getattr(self, k) for k in checks.COUNTERS},
-                   **{k: [list(row) for row in getattr(self, k)] for k in ("history", "valid_history")}}
+        trainer = {"data": self.train_data.state_dict(),
+                   **{k: getattr(self, k) for k in (*checks.COUNTERS, "history", "valid_history")}}
         path = self.checkpoints.save(
             self.step, weights=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
-            scheduler=None if self.scheduler is None else self.scheduler.state_dict(), epoch=data.get("epoch", 0),
-            batch=data.get("position", 0), rng=backend.get_rng_state(), config=self.config,
+            scheduler=None if self.scheduler is None else self.scheduler.state_dict(), epoch=self.train_data.epoch,
+            batch=self.train_data.position, rng=backend.get_rng_state(), config=self.config,
             tokenizers=self.tokenizers, extra={**self.extra, "trainer": trainer})
         self.last_saved_step = self.step
         return path
 
-    def resume(self, path) -> None:
-        """Restore the whole run from a checkpoint (a loaded ``Checkpoint``, a file, or a run folder's latest) to
-        continue exactly; a refused file (ValueError naming the file and the field) changes nothing."""
-        ck = path if isinstance(path, checkpoint.Checkpoint) else checkpoint.load_checkpoint(
-            checkpoint.resolve_checkpoint(path))
+    def resume(self, source) -> None:
+        """Restore the whole run to continue exactly. source: a checkpoint file, a run folder (its latest
+        checkpoint), or a ``Checkpoint`` already loaded. A refused one (ValueError naming the file and the field)
+        changes nothing."""
+        ck = source if isinstance(source, checkpoint.Checkpoint) else checkpoint.load_checkpoint(
+            checkpoint.resolve_checkpoint(source))
         state = checks.check_resumable(self, ck)
         if ck.rng is not None:                 # first: it changes nothing when it fails, and nothing after it fails
             try:
@@ -289,7 +287,6 @@ class Trainer:
         if self.checkpoints is not None and os.path.samefile(os.path.dirname(ck.path) or ".",
                                                              self.checkpoints.directory):
             self._checkpoint_dir_is_ours = True                       # resumed from checkpoint_dir: its files are ours
-        self.model.train()
 
 
 # The histories go into every checkpoint's metadata, which the reader caps (limits.MAX_META_BYTES): past

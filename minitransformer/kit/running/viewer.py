@@ -1,19 +1,17 @@
 """The viewer's data: one sentence through any model of this package (core or fast tier), packed for a page that
 runs offline (viewer.js and viewer.css inlined); ``viz.explain`` wraps it in an ``Explanation``.
 
-For (src, tgt), tgt the model's own output unless given, the page gets: every attention map A (H,Tq,Tk) of the
-three stacks, the queries and keys it came from, its mask; after one backward pass of the loss (cross-entropy, no
-label smoothing), dL/dA of each map and each head's share of the gradient reaching the embeddings; the decoding
-step by step (greedy, or each step's beam), with the next-token probabilities and the cross-attention; the
-positional encodings. Arrays travel as base64 float32 (exact, and under half the size of the numbers written out).
-Past MAX_TOKENS tokens a side the input is cut, with a note: the views draw T x T maps.
+For (src, tgt), tgt the model's own output unless given: every attention map A (H,Tq,Tk) of the three stacks, the
+queries and keys it came from, its mask; after one backward pass of the loss (cross-entropy, no label smoothing),
+dL/dA and each head's share of the gradient reaching the embeddings; the decoding step by step (greedy, or each
+step's beam) with the next-token probabilities and the cross-attention; the positional encodings. Arrays travel as
+base64 float32 (exact, and under half the size of the numbers written out). Past MAX_TOKENS tokens a side the input
+is cut, with a note: the views draw T x T maps.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import functools
 import html
 import json
 from pathlib import Path
@@ -52,46 +50,28 @@ def _labeller(tokenizer, config):
     return lambda ids: [names.get(i, str(i)) for i in ids]
 
 
-def _stacks(model) -> dict:
-    """Each attention's core, by stack, in layer order."""
-    return {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],
-            "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],
-            "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
-
-
-@contextlib.contextmanager
-def _wrapped(modules, f, name: str = "backward"):
-    """Inside the block, each module's method ``name`` runs f(module, the method, its arguments) instead."""
-    for m in modules:
-        vars(m)[name] = functools.partial(f, m, getattr(type(m), name).__get__(m))
-    try:
-        yield
-    finally:
-        for m in modules:
-            del vars(m)[name]
-
-
-def _catch(caught: dict, m, method, x, *rest):
-    caught[m] = x
-    return method(x, *rest)
-
-
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     """Loss, logits (T,V) and per stack the layers' A, q, k (read from the attention core's cache, which holds them
     until its backward), dL/dA, each head's share and |g_h| (``_head_paths``). Parameter gradients stay as they were."""
     grads, xp = [p.grad.copy() for p in model.parameters()], backend.xp()
+    by_stack = {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],       # attention cores
+                "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],
+                "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
     stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
                      "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale,
                      "mask": _pack(xp.broadcast_to(cores[0].mask_layer._cache.mask[0, 0], cores[0].attn.shape[2:]))}
-              for name, cores in _stacks(model).items()}
+              for name, cores in by_stack.items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
-    douts = {}                                                 # module -> the dout its backward got
-    with _wrapped([model.src_embed, model.tgt_embed, *sum(_stacks(model).values(), [])],
-                  functools.partial(_catch, douts)):
-        model.backward(loss_fn.backward())
-    for name, cores in _stacks(model).items():
+    watched = [model.src_embed, model.tgt_embed, *sum(by_stack.values(), [])]
+    for m in watched:
+        m.keep_dout = True
+    model.backward(loss_fn.backward())
+    douts = {m: m.dout for m in watched}                       # module -> the dout its backward got
+    for m in watched:
+        m.keep_dout, m.dout = False, None
+    for name, cores in by_stack.items():
         stacks[name]["dattn"] = [a.dattn[0] for a in cores]
         stacks[name] = {key: _pack(xp.stack(v)) if isinstance(v, list) else v for key, v in stacks[name].items()}
     for name, paths in _head_paths(model, src, tgt_in, douts).items():
@@ -103,48 +83,53 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
 
 def _head_paths(model, src, tgt_in, douts) -> dict:
     """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
-    stacks' inputs; the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
+    stacks' inputs: the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
     part of g on the paths through the head (a cross head's: through its keys and values). The backward pass is
-    linear: g_h is the head's own dout (douts) taken back alone, so a layer's g_h and the paths that miss its heads
-    add up to g. Each head is a row of a batch that joins, from the top layer down, the rows going through the
-    layers below, run on that many copies of the sentence."""
+    linear: g_h is the head's own dout (douts) taken back alone, through its projections and attention core (below
+    W_o, which mixes the heads), then the layers below, so a layer's g_h and the paths that miss its heads add up to
+    g. Each head is a row of a batch that joins, from the top layer down, the rows going through the layers below,
+    run on that many copies of the sentence."""
     xp, H, enc, dec = backend.xp(), model.config.num_heads, model.encoder, model.decoder
     src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
     src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
-    seen = {}                                                  # sublayer (or norm) -> its input (1,T,D)
-    watched = [layer.sublayer_attn for layer in enc.layers] + [enc.norm] * (enc.norm is not None) + \
-        [sub for layer in dec.layers for sub in (layer.sublayer_self, layer.sublayer_cross)]
-    with _wrapped(watched, functools.partial(_catch, seen), "forward"):
-        memory = enc.forward(model.src_pos.forward(model.src_embed.forward(src)), src_mask)          # (1,S,D)
-        dec.forward(model.tgt_pos.forward(model.tgt_embed.forward(tgt)), memory, tgt_mask, src_mask)
+    # Each layer's input (1,T,D), the stack's output last (no dropout in eval mode); mids: each cross-attention's input
+    xs = [model.src_pos.forward(model.src_embed.forward(src))]
+    for layer in enc.layers:
+        xs.append(layer.forward(xs[-1], src_mask))
+    memory = xs[-1] if enc.norm is None else enc.norm.forward(xs[-1])                         # (1,S,D)
+    ys, mids = [model.tgt_pos.forward(model.tgt_embed.forward(tgt))], []
+    for layer in dec.layers:
+        mids.append(layer.sublayer_self.forward(ys[-1], lambda h: layer.self_attn.forward(h, h, h, tgt_mask)))
+        ys.append(layer.forward(ys[-1], memory, tgt_mask, src_mask))
     one_hot = xp.eye(H, dtype=memory.dtype)[:, :, None, None]                                     # (H,H,1,1)
 
     def rows(x, n):
         return xp.repeat(x, n, axis=0)
 
-    def own(sub, attention, mask, memory=None):        # row h: head h's part alone, back to the sublayer's input
-        x = rows(seen[sub], H)                                                                    # (H,T,D)
-        x = sub.norm.forward(x) if sub.norm_first else x
-        kv = x if memory is None else rows(memory, H)
-        with _wrapped([attention.attention], lambda core, backward, dout: backward(douts[core] * one_hot)):
-            dq, dk, dv = attention.backward(xp.zeros_like(attention.forward(x, kv, kv, mask)))
+    def own(sub, mha, x, mask, memory=None):   # row h: head h's part alone, from its output back to the sublayer's x
+        x = rows(x, H)                                                                            # (H,T,D)
+        query = sub.norm.forward(x) if sub.norm_first else x                                      # what mha reads
+        kv = query if memory is None else rows(memory, H)
+        q, k, v = (mha.split_heads(W.forward(t)) for W, t in ((mha.W_q, query), (mha.W_k, kv), (mha.W_v, kv)))
+        mha.attention.forward(q, k, v, mask)
+        dq, dk, dv = mha.attention.backward(douts[mha.attention] * one_hot)              # (rows, heads, T, Dk) ...
+        dq, dk, dv = (W.backward(mha.merge_heads(d)) for W, d in ((mha.W_q, dq), (mha.W_k, dk), (mha.W_v, dv)))
         if memory is not None:
             return dk + dv                                     # a cross head: to the memory, by keys and values
         return sub.norm.backward(dq + dk + dv) if sub.norm_first else dq + dk + dv
 
-    dy, cross = seen[dec.layers[-1].sublayer_self][:0], []     # rows: H a layer, top layer first; none at first
-    for layer in reversed(list(dec.layers)):
-        layer.forward(rows(seen[layer.sublayer_self], len(dy)), rows(memory, len(dy)), tgt_mask, src_mask)
-        dy = layer.backward(dy)[0]
-        dy = xp.concatenate([dy, own(layer.sublayer_self, layer.self_attn, tgt_mask)])
-        cross.insert(0, own(layer.sublayer_cross, layer.cross_attn, src_mask, memory))
+    dy, cross = ys[0][:0], []                                  # rows: H a layer, top layer first; none at first
+    for layer, y, mid in reversed(list(zip(dec.layers, ys, mids))):
+        layer.forward(rows(y, len(dy)), rows(memory, len(dy)), tgt_mask, src_mask)
+        dy = xp.concatenate([layer.backward(dy)[0], own(layer.sublayer_self, layer.self_attn, y, tgt_mask)])
+        cross.insert(0, own(layer.sublayer_cross, layer.cross_attn, mid, src_mask, memory))
     dx = xp.concatenate(cross)                                 # (L*H,S,D), bottom layer first
     if enc.norm is not None:
-        enc.norm.forward(rows(seen[enc.norm], len(dx)))
+        enc.norm.forward(rows(xs[-1], len(dx)))
         dx = enc.norm.backward(dx)
-    for layer in reversed(list(enc.layers)):
-        layer.forward(rows(seen[layer.sublayer_attn], len(dx)), src_mask)
-        dx = xp.concatenate([layer.backward(dx), own(layer.sublayer_attn, layer.self_attn, src_mask)])
+    for layer, x in reversed(list(zip(enc.layers, xs))):
+        layer.forward(rows(x, len(dx)), src_mask)
+        dx = xp.concatenate([layer.backward(dx), own(layer.sublayer_attn, layer.self_attn, x, src_mask)])
     g_src, g_tgt = douts[model.src_embed].reshape(-1), douts[model.tgt_embed].reshape(-1)       # (S*D,), (T*D,)
     L, E = len(dec.layers), len(enc.layers)
     parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src),
@@ -196,7 +181,9 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     given = None if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
     notes = [f"the source has {len(src)} tokens: the first {limit} are shown"] if len(src) > limit else []
     src = src[:limit]
-    with decoding._eval_mode(model):
+    was_training = model.training
+    model.eval()
+    try:
         beam = []
         search = {"beam_size": beam_size, "alpha": alpha, "steps": beam} if beam_size > 1 else {}
         hyp = (decoding.beam_search if search else decoding.greedy_decode)(model, numpy.asarray([src]),
@@ -210,8 +197,10 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
         cross = None                                   # the output's own pass: the decoding is the page's stacks
         if given is not None:                          # the output, teacher-forced: the rows decoding saw
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
-            cross = numpy.stack([backend.to_numpy(a.attn[0]) for a in _stacks(model)["decoder_cross"]])  # (L,H,T,S)
+            cross = numpy.stack(model.attention_maps()["decoder_cross"])[:, 0]                        # (L,H,T,S)
         steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam, alpha, tgt_label)
+    finally:
+        model.train(was_training)
     sizes = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "positional")
     positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
     return {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),

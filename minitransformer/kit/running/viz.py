@@ -157,18 +157,17 @@ class Explanation:
         checks.one_of("Explanation.figure", "stack", stack, viewer.STACKS)
         packed, d = self.data["stacks"][stack]["attn"], self.data
         attn = numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])     # (L,H,Tq,Tk)
-        i = checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1) % len(attn)
+        checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1)
         rows = d["src"] if stack == "encoder" else d["tgt_out"]               # a decoder query: the token it produces
-        return attention_grid(attn[i], x_labels=d["tgt_in"] if stack == "decoder_self" else d["src"], y_labels=rows,
-                              title=f"{stack}, layer {layer}")
+        return attention_grid(attn[layer], x_labels=d["tgt_in"] if stack == "decoder_self" else d["src"],
+                              y_labels=rows, title=f"{stack}, layer {layer}")
 
     def save(self, path, *, stack: str = "decoder_cross", layer: int = -1) -> Path:
         """Write the page (a path ending in .html) or the figure of one layer's heads (.png, .svg, .pdf)."""
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix in (".html", ".htm"):
-            text = self.html().encode("utf-8")
-            atomic_write(path, lambda f: f.write(text), "page")
+            atomic_write(path, lambda f: f.write(self.html().encode("utf-8")), "page")
         elif suffix in (".png", ".svg", ".pdf"):
             fig = self.figure(stack, layer)
             atomic_write(path, lambda f: fig.savefig(f, format=suffix[1:], dpi=150, bbox_inches="tight"), "figure")
@@ -178,10 +177,9 @@ class Explanation:
 
 
 def explain(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: float = 0.6) -> Explanation:
-    """One sentence through a model of either tier, to look inside (see ``viewer``): attention, queries and keys,
-    gradients, decoding, masks and positions, on one offline page; ``Explanation`` shows and saves it.
-    src, tgt: texts (with tokenizers=(src_tok, tgt_tok)) or token ids; tgt None: the model's own output, decoded
-    greedily or with beam_size > 1 (length penalty alpha)."""
+    """One sentence through a model of either tier, on one offline page (see ``viewer``); ``Explanation`` shows and
+    saves it. src, tgt: texts (with tokenizers=(src_tok, tgt_tok)) or token ids; tgt None: the model's own output,
+    decoded greedily or with beam_size > 1 (length penalty alpha)."""
     return Explanation(viewer.build(model, src, tgt, tokenizers=tokenizers, beam_size=beam_size, alpha=alpha))
 
 
@@ -346,13 +344,11 @@ def bar_errors(report_rows, bound: float = 1e-6, title=None) -> Figure:
     for i, e in enumerate(errors):
         ax.text(max(e, left) * 1.3, i, f"{e:.1e}" if e > 0 else "0", va="center", fontsize=8)
     ax.axvline(bound, color="black", linestyle="--", linewidth=1.2, label=f"bound {bound:g}: bars past it fail")
-    ax.set_xscale("log")
-    ax.set_xlim(left, max(errors.max(), bound) * 50)
     ax.set_yticks(range(len(errors)), [str(name) for name in names], fontsize=9)
     ax.invert_yaxis()                                                    # first row on top, as in the report
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set(xlabel="max relative error (log scale)", ylabel="tensor",
-           title=title if title is not None else "Gradient check: analytic vs numeric")
+    ax.set(xscale="log", xlim=(left, max(errors.max(), bound) * 50), xlabel="max relative error (log scale)",
+           ylabel="tensor", title=title if title is not None else "Gradient check: analytic vs numeric")
     return fig
 
 

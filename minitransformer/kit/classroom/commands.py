@@ -1,5 +1,5 @@
 """``minitransformer classroom make | grade | autograder | list | bugs``: assignments made from the core, their
-grading (one submission or a class), Gradescope's autograder."""
+grading (one submission or a class), Gradescope's autograder; the command line (kit/cli/parser.py) registers it."""
 
 import os
 import re
@@ -7,11 +7,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from minitransformer.kit.classroom import batch, exercises, grader, gradescope, maker
-from minitransformer.kit.classroom.maker import PACKAGE
 from minitransformer.kit.files import write_json
+from minitransformer.kit.limits import option
 
-from .common import CLIError, option
+from . import batch, exercises, grader, gradescope, maker
+from .maker import PACKAGE
 
 
 def add_classroom(sub) -> None:
@@ -98,8 +98,8 @@ def grade(args) -> int:
         if args.assignment is None:
             print("graded against a fresh assignment of the exercises its files name; give --assignment to choose")
     elif args.assignment is None:
-        raise CLIError(f"classroom grade: {path} holds no assignment and no submission; to grade a class (a folder "
-                       f"or zip per student) give --assignment, the folder `classroom make` wrote")
+        raise FileNotFoundError(f"classroom grade: {path} holds no assignment and no submission; to grade a class (a "
+                                f"folder or zip per student) give --assignment, the folder `classroom make` wrote")
     else:
         return grade_class(args, path, options)
     print(results.pop("scorecard", None) or "\n".join(f"{t['name']:<28} {t['score']:>3}/{t['max_score']:<3} "
