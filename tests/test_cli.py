@@ -56,7 +56,7 @@ def test_train_copy_writes_metrics_checkpoint_and_plots(tmp_path, capsys):
         with open(os.path.join(out, name), "rb") as f:
             assert f.read(8) == PNG
     printed = capsys.readouterr().out
-    assert "exact match on 20 held-out sequences" in printed
+    assert "exact match (copy, 20 held-out sequences, greedy): " in printed
     assert "stopped: step limit reached (12 steps)" in printed and metrics["stopped"] == "step limit reached (12 steps)"
     # the last lines name every file of the run, by its path
     listed = printed.split("files written:\n")[1].splitlines()
@@ -444,9 +444,9 @@ def test_train_average_scores_the_mean_of_its_last_checkpoints(tmp_path, capsys,
 
     scored = []
 
-    def recording_exact_match(model, heldout):
+    def recording_exact_match(model, heldout, **decoding):
         scored.append(model.state_dict())
-        return exact_match(model, heldout)
+        return exact_match(model, heldout, **decoding)
 
     monkeypatch.setattr(runs, "exact_match", recording_exact_match)
     out = str(tmp_path / "copy")

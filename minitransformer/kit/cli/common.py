@@ -1,12 +1,11 @@
 """What several commands share: the user's mistakes, loading a trained run."""
 
 import os
-import sys
 
 from minitransformer.kit.data.tokenizers import tokenizer_from_dict
 from minitransformer.kit.running import checkpoint as ckpt
 from minitransformer.kit.files import parse_json
-from minitransformer.kit.running.runs import choose_blas_threads, tier
+from minitransformer.kit.running.runs import average_last, choose_blas_threads, tier
 from minitransformer.model import TransformerConfig
 
 
@@ -58,14 +57,7 @@ def load_run(path, average: int | None = None):
     ck = ckpt.load_checkpoint(file)
     used, weights = [file], None
     if average is not None:
-        folder, up_to = os.path.dirname(os.path.abspath(file)), ckpt.step_of_file(file)
-        where = folder if up_to is None else f"{folder} up to step {up_to}"
-        used = ckpt.last_checkpoints(folder, average, up_to_step=up_to)
-        if not used:
-            raise CLIError(f"--average {average}: no step checkpoints in {where}")
-        if len(used) < average:
-            print(f"--average {average}: only {len(used)} checkpoint(s) in {where}; averaging those", file=sys.stderr)
-        weights = ckpt.average_checkpoints(used)
+        used, weights = average_last(os.path.dirname(os.path.abspath(file)), average, ckpt.step_of_file(file))
     src_tok, tgt_tok = tokenizers_from_checkpoint(ck)
     model = model_from_checkpoint(ck, weights)
     choose_blas_threads(model.config)

@@ -2,11 +2,12 @@
 
 import os
 
-from minitransformer.kit.data.task_data import bleu_of, load_pairs
+from minitransformer.kit.data.task_data import load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
-from minitransformer.kit.data.tasks import SequenceTask, exact_match
-from minitransformer.kit.running.checkpoint import step_of_file
+from minitransformer.kit.data.tasks import SequenceTask
 from minitransformer.kit.files import check_writable, write_json
+from minitransformer.kit.running.checkpoint import step_of_file
+from minitransformer.kit.running.runs import score
 
 from .common import CLIError, load_run
 
@@ -23,23 +24,15 @@ def cmd_evaluate(args) -> int:
     split = "heldout" if task in SEQUENCE_TASKS else args.split   # a sequence task has its held-out set
     json_path = os.path.abspath(args.json_path or os.path.join(os.path.dirname(used[-1]), f"eval-{split}.json"))
     check_writable(json_path, os.path.basename(json_path))          # before the scoring, not after it
-    step = ck.step if args.average is None else step_of_file(used[-1])    # an averaged file's name says it
-    decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}, alpha {args.alpha}"
-    avg = f", average of {len(used)} checkpoints, steps {step_of_file(used[0])}-{step}" if args.average else ""
-    result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
-              "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
-              "averaged": len(used) if args.average else 1, "step": step}
+    steps = [step_of_file(p) for p in used] if args.average else []     # an averaged file's name says its step
     if task in SEQUENCE_TASKS:
         pairs = SequenceTask(task).heldout(settings.get("heldout", 1000))[: args.limit]
-        score = exact_match(model, pairs, beam_size=args.beam_size, alpha=args.alpha)
-        result.update(exact_match=score, sentences=len(pairs))
-        print(f"exact match ({task}, {len(pairs)} held-out sequences, {decoding}{avg}): {100 * score:.2f}%")
     else:
         pairs = load_pairs(task, args.split, args.data_dir or settings.get("data_dir"))[: args.limit]
-        lowercase = task == "multi30k"
-        score, _ = bleu_of(model, src_tok, tgt_tok, pairs, lowercase, beam_size=args.beam_size, alpha=args.alpha)
-        result.update(bleu=score, sentences=len(pairs), lowercase=lowercase)
-        print(f"BLEU ({task} {args.split}, {len(pairs)} sentences, {decoding}{avg}"
-              f"{', lowercased' if lowercase else ''}): {score:.2f}")
+    scores, _ = score(model, task, pairs, (src_tok, tgt_tok), args.split, args.beam_size, args.alpha, steps)
+    result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
+              "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
+              "averaged": len(used) if args.average else 1, "step": steps[-1] if steps else ck.step, **scores,
+              "sentences": len(pairs)}
     write_json(json_path, result, "evaluation")
     return 0

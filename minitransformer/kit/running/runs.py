@@ -74,44 +74,67 @@ def build_trainer(settings: dict, data, out, workers: int = 1) -> Trainer:
         metric_name=data.metric_name, metric_format=data.format_metric, parallel=parallel)
 
 
-def final_score(settings: dict, data, model, out) -> tuple:
-    """Exact match (copy, reverse) or test BLEU (toy, multi30k) of the model, or with average N > 1 of the mean of
-    its last N step checkpoints' weights (paper §6.1), loaded into it. -> (scores for metrics.json, the attention
-    plot's example: source ids, their labels, the function that labels target ids)"""
-    n = settings["average"]
-    averaged = ckpt.last_checkpoints(out, n) if n > 1 else []
-    if n > 1 and len(averaged) < n:
-        print(f"average {n}: only {len(averaged)} step checkpoint(s) in {out}; "
-              f"{'averaging those' if averaged else 'scoring the last model'}", file=sys.stderr)
-    if averaged:
-        model.load_state_dict(ckpt.average_checkpoints(averaged))
+def average_last(folder: str, n: int, up_to_step: int | None = None) -> tuple:
+    """(the last ``n`` step checkpoints of the folder's run, up to ``up_to_step`` if given, as ``last_checkpoints``
+    picks them; the mean of their weights, paper §6.1). Fewer are averaged and said on stderr; none is an error."""
+    used = ckpt.last_checkpoints(folder, n, up_to_step=up_to_step)
+    where = folder if up_to_step is None else f"{folder} up to step {up_to_step}"
+    if not used:
+        raise FileNotFoundError(f"--average {n}: no step checkpoints in {where}")
+    if len(used) < n:
+        print(f"--average {n}: only {len(used)} checkpoint(s) in {where}; averaging those", file=sys.stderr)
+    return used, ckpt.average_checkpoints(used)
+
+
+def score(model, task: str, pairs: list, tokenizers: tuple = (None, None), split: str = "test", beam_size: int = 1,
+          alpha: float = 0.6, steps: list = (), samples: int = 0) -> tuple:
+    """Exact match (copy, reverse: id pairs) or corpus BLEU (toy, multi30k: text pairs; Multi30k's lowercased) of
+    the model's decoding of the pairs' sources, printed in one line with the decoding and the ``steps`` of the
+    checkpoints averaged into the model; ``samples`` translations are printed first.
+    -> ({"exact_match": ...} or {"bleu": ..., "lowercase": ...}, the decoding in words)"""
     model.eval()
-    steps = [ckpt.step_of_file(p) for p in averaged]
-    average = {"averaged": max(len(averaged), 1), "averaged_steps": steps}
-    words = f", average of {len(steps)} checkpoints, steps {steps[0]}-{steps[-1]}" if steps else ""
-    if settings["task"] in SEQUENCE_TASKS:
-        score = exact_match(model, data.heldout)
-        print(f"exact match on {len(data.heldout)} held-out sequences{words}: {100 * score:.1f}%")
+    method = "greedy" if beam_size == 1 else f"beam {beam_size}, alpha {alpha}"
+    averaged = f", average of {len(steps)} checkpoints, steps {steps[0]}-{steps[-1]}" if steps else ""
+    if task in SEQUENCE_TASKS:
+        scores = {"exact_match": exact_match(model, pairs, beam_size=beam_size, alpha=alpha)}
+        print(f"exact match ({task}, {len(pairs)} held-out sequences, {method}{averaged}): "
+              f"{100 * scores['exact_match']:.1f}%")
+        return scores, method
+    lowercase = task == "multi30k"
+    bleu, hyps = bleu_of(model, *tokenizers, pairs, lowercase, beam_size=beam_size, alpha=alpha)
+    if samples:
+        print(f"sample translations ({split}):")
+    for (src, ref), hyp in list(zip(pairs, hyps))[:samples]:
+        print(f"  source     {src}\n  reference  {ref}\n  model      {hyp}\n")
+    print(f"BLEU ({task} {split}, {len(pairs)} sentences, {method}{averaged}{', lowercased' if lowercase else ''}): "
+          f"{bleu:.2f}")
+    return {"bleu": bleu, "lowercase": lowercase}, method
+
+
+def final_score(settings: dict, data, model, out) -> tuple:
+    """The run's ``score`` on the held-out (copy, reverse) or test set, of the model or, with average N > 1, of
+    the mean of its last N step checkpoints loaded into it. -> (scores for metrics.json, the attention plot's
+    example: source ids, their labels, the function that labels target ids)"""
+    task, used = settings["task"], []
+    if settings["average"] > 1:
+        used, weights = average_last(out, settings["average"])
+        model.load_state_dict(weights)
+    steps = [ckpt.step_of_file(p) for p in used]
+    average = {"averaged": max(len(used), 1), "averaged_steps": steps}
+    if task in SEQUENCE_TASKS:
+        scores, method = score(model, task, data.heldout, steps=steps)
         example = data.heldout[0][0]
         symbols = {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
-        return {"exact_match": score, "heldout": len(data.heldout), "decoding": "greedy", **average}, \
+        return {**scores, "heldout": len(data.heldout), "decoding": method, **average}, \
             (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
-    task, src_tok, tgt_tok, beam = settings["task"], data.src_tok, data.tgt_tok, settings["beam_size"]
     test_text = load_pairs(task, "test", settings["data_dir"])[: settings["limit"]]
-    lowercase = task == "multi30k"
-    score, hyps = bleu_of(model, src_tok, tgt_tok, test_text, lowercase, beam_size=beam)
-    decoding = "greedy" if beam == 1 else f"beam {beam}"
-    print("sample translations (test):")
-    for (src, ref), hyp in list(zip(test_text, hyps))[:5]:
-        print(f"  source     {src}\n  reference  {ref}\n  model      {hyp}\n")
-    print(f"test BLEU ({decoding}{', lowercased' if lowercase else ''}{words}, {len(test_text)} sentences): "
-          f"{score:.2f}")
+    scores, method = score(model, task, test_text, (data.src_tok, data.tgt_tok), beam_size=settings["beam_size"],
+                           steps=steps, samples=5)
     # a subordinate clause if there is one: German moves its verb, which the attention plot shows
     example_text = next((s for s, _ in test_text if "because" in s.split() or "weil" in s.split()), test_text[0][0])
-    example = src_tok.encode(example_text)
-    scores = {"bleu": score, "split": "test", "sentences": len(test_text), "lowercase": lowercase,
-              "decoding": decoding, **average}
-    return scores, (example, src_tok.token_labels(example), tgt_tok.token_labels)
+    example = data.src_tok.encode(example_text)
+    return {**scores, "split": "test", "sentences": len(test_text), "decoding": method, **average}, \
+        (example, data.src_tok.token_labels(example), data.tgt_tok.token_labels)
 
 
 def save_figure(fig, path: str) -> None:
