@@ -8,6 +8,7 @@ from minitransformer.kit.data.tasks import SequenceTask
 from minitransformer.kit.files import check_writable, write_json
 from minitransformer.kit.running.checkpoint import step_of_file
 from minitransformer.kit.running.runs import score
+from minitransformer.kit.running.settings import TASKS
 
 from .common import CLIError, load_run
 
@@ -17,7 +18,7 @@ def cmd_evaluate(args) -> int:
     task = ck.extra.get("task")
     saved = ck.extra.get("settings")                                # checked as the file was read, if an object
     settings = saved if isinstance(saved, dict) else {}
-    if task not in (*SEQUENCE_TASKS, "toy", "multi30k"):
+    if task not in TASKS:
         raise CLIError(f"checkpoint {used[-1]} does not say which task it was trained on (task={task!r:.60})")
     if task not in SEQUENCE_TASKS and src_tok is None:
         raise CLIError(f"checkpoint {used[-1]} holds no tokenisers; cannot evaluate a translation task")

@@ -96,10 +96,9 @@ def score(model, task: str, pairs: list, tokenizers: tuple = (None, None), split
     method = "greedy" if beam_size == 1 else f"beam {beam_size}, alpha {alpha}"
     averaged = f", average of {len(steps)} checkpoints, steps {steps[0]}-{steps[-1]}" if steps else ""
     if task in SEQUENCE_TASKS:
-        scores = {"exact_match": exact_match(model, pairs, beam_size=beam_size, alpha=alpha)}
-        print(f"exact match ({task}, {len(pairs)} held-out sequences, {method}{averaged}): "
-              f"{100 * scores['exact_match']:.1f}%")
-        return scores, method
+        exact = exact_match(model, pairs, beam_size=beam_size, alpha=alpha)
+        print(f"exact match ({task}, {len(pairs)} held-out sequences, {method}{averaged}): {100 * exact:.1f}%")
+        return {"exact_match": exact}, method
     lowercase = task == "multi30k"
     bleu, hyps = bleu_of(model, *tokenizers, pairs, lowercase, beam_size=beam_size, alpha=alpha)
     if samples:
@@ -112,29 +111,25 @@ def score(model, task: str, pairs: list, tokenizers: tuple = (None, None), split
 
 
 def final_score(settings: dict, data, model, out) -> tuple:
-    """The run's ``score`` on the held-out (copy, reverse) or test set, of the model or, with average N > 1, of
-    the mean of its last N step checkpoints loaded into it. -> (scores for metrics.json, the attention plot's
-    example: source ids, their labels, the function that labels target ids)"""
-    task, used = settings["task"], []
+    """The run's ``score`` on the held-out sequences (copy, reverse: greedy) or the test set, of the model or, with
+    average N > 1, of the mean of its last N step checkpoints loaded into it. -> (scores for metrics.json, the
+    attention plot's example: source ids, their labels, the function that labels target ids)"""
+    task, used, sequences = settings["task"], [], settings["task"] in SEQUENCE_TASKS
     if settings["average"] > 1:
         used, weights = average_last(out, settings["average"])
         model.load_state_dict(weights)
     steps = [ckpt.step_of_file(p) for p in used]
-    average = {"averaged": max(len(used), 1), "averaged_steps": steps}
-    if task in SEQUENCE_TASKS:
-        scores, method = score(model, task, data.heldout, steps=steps)
-        example = data.heldout[0][0]
-        symbols = {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
-        return {**scores, "heldout": len(data.heldout), "decoding": method, **average}, \
-            (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
-    test_text = load_pairs(task, "test", settings["data_dir"])[: settings["limit"]]
-    scores, method = score(model, task, test_text, (data.src_tok, data.tgt_tok), beam_size=settings["beam_size"],
-                           steps=steps, samples=5)
+    pairs = data.heldout if sequences else load_pairs(task, "test", settings["data_dir"])[: settings["limit"]]
+    scores, method = score(model, task, pairs, (data.src_tok, data.tgt_tok), steps=steps, samples=5,
+                           beam_size=1 if sequences else settings["beam_size"])
+    scores.update({"heldout": len(pairs)} if sequences else {"split": "test", "sentences": len(pairs)})
+    scores.update(decoding=method, averaged=max(len(used), 1), averaged_steps=steps)
+    if sequences:
+        example, symbols = pairs[0][0], {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
+        return scores, (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
     # a subordinate clause if there is one: German moves its verb, which the attention plot shows
-    example_text = next((s for s, _ in test_text if "because" in s.split() or "weil" in s.split()), test_text[0][0])
-    example = data.src_tok.encode(example_text)
-    return {**scores, "split": "test", "sentences": len(test_text), "decoding": method, **average}, \
-        (example, data.src_tok.token_labels(example), data.tgt_tok.token_labels)
+    example = data.src_tok.encode(next((s for s, _ in pairs if {"because", "weil"} & set(s.split())), pairs[0][0]))
+    return scores, (example, data.src_tok.token_labels(example), data.tgt_tok.token_labels)
 
 
 def save_figure(fig, path: str) -> None:
