@@ -33,7 +33,6 @@ def cmd_evaluate(args) -> int:
     scores, _ = score(model, task, pairs, (src_tok, tgt_tok), args.split, args.beam_size, args.alpha, steps)
     result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
               "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
-              "averaged": len(used) if args.average else 1, "step": steps[-1] if steps else ck.step, **scores,
-              "sentences": len(pairs)}
+              "averaged": len(used), "step": steps[-1] if steps else ck.step, **scores, "sentences": len(pairs)}
     write_json(json_path, result, "evaluation")
     return 0

@@ -190,7 +190,7 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     if encoded:                           # as many sentences at once as the memory budget lets the longest take
         longest = len(encoded[order[-1]])
-        out_len = longest + 50 if length_limit is None else length_limit(longest)
+        out_len = longest + decoding.EXTRA_LENGTH if length_limit is None else length_limit(longest)
         batch_size = max(1, min(batch_size, largest_batch(model, longest, out_len, beam_size)))
     out = {}
     same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
