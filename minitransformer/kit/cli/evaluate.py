@@ -20,17 +20,16 @@ def cmd_evaluate(args) -> int:
     settings = saved if isinstance(saved, dict) else {}
     if task not in TASKS:
         raise CLIError(f"checkpoint {used[-1]} does not say which task it was trained on (task={task!r:.60})")
-    if task not in SEQUENCE_TASKS and src_tok is None:
+    if task in SEQUENCE_TASKS:                                      # scored on the run's held-out sequences
+        split, pairs = "heldout", SequenceTask(task).heldout(settings.get("heldout", 1000))[: args.limit]
+    elif src_tok is None:
         raise CLIError(f"checkpoint {used[-1]} holds no tokenisers; cannot evaluate a translation task")
-    split = "heldout" if task in SEQUENCE_TASKS else args.split   # a sequence task has its held-out set
+    else:
+        split, pairs = args.split, load_pairs(task, args.split, args.data_dir or settings.get("data_dir"))[: args.limit]
     json_path = os.path.abspath(args.json_path or os.path.join(os.path.dirname(used[-1]), f"eval-{split}.json"))
     check_writable(json_path, os.path.basename(json_path))          # before the scoring, not after it
     steps = [step_of_file(p) for p in used] if args.average else []     # an averaged file's name says its step
-    if task in SEQUENCE_TASKS:
-        pairs = SequenceTask(task).heldout(settings.get("heldout", 1000))[: args.limit]
-    else:
-        pairs = load_pairs(task, args.split, args.data_dir or settings.get("data_dir"))[: args.limit]
-    scores, _ = score(model, task, pairs, (src_tok, tgt_tok), args.split, args.beam_size, args.alpha, steps)
+    scores, _ = score(model, task, pairs, (src_tok, tgt_tok), split, args.beam_size, args.alpha, steps)
     result = {"checkpoint": used[-1] if args.average is None else used, "task": task, "split": split,
               "beam_size": args.beam_size, "alpha": args.alpha if args.beam_size > 1 else None,
               "averaged": len(used), "step": steps[-1] if steps else ck.step, **scores, "sentences": len(pairs)}

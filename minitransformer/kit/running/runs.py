@@ -88,10 +88,9 @@ def average_last(folder: str, n: int, up_to_step: int | None = None) -> tuple:
 
 def score(model, task: str, pairs: list, tokenizers: tuple = (None, None), split: str = "test", beam_size: int = 1,
           alpha: float = 0.6, steps: list = (), samples: int = 0) -> tuple:
-    """Exact match (copy, reverse: id pairs) or corpus BLEU (toy, multi30k: text pairs; Multi30k's lowercased) of
-    the model's decoding of the pairs' sources, printed in one line with the decoding and the ``steps`` of the
-    checkpoints averaged into the model; ``samples`` translations are printed first.
-    -> ({"exact_match": ...} or {"bleu": ..., "lowercase": ...}, the decoding in words)"""
+    """Exact match (copy, reverse: id pairs) or corpus BLEU (toy, multi30k: text pairs; Multi30k's lowercased) of the
+    model on ``pairs``, printed in one line naming the decoding and the ``steps`` averaged into the model, after
+    ``samples`` translations. -> ({"exact_match": ...} or {"bleu": ..., "lowercase": ...}, the decoding in words)"""
     model.eval()
     method = "greedy" if beam_size == 1 else f"beam {beam_size}, alpha {alpha}"
     averaged = f", average of {len(steps)} checkpoints, steps {steps[0]}-{steps[-1]}" if steps else ""
@@ -111,9 +110,9 @@ def score(model, task: str, pairs: list, tokenizers: tuple = (None, None), split
 
 
 def final_score(settings: dict, data, model, out) -> tuple:
-    """The run's ``score`` on the held-out sequences (copy, reverse: greedy) or the test set, of the model or, with
-    average N > 1, of the mean of its last N step checkpoints loaded into it. -> (scores for metrics.json, the
-    attention plot's example: source ids, their labels, the function that labels target ids)"""
+    """The ``score`` of the model, or with average N > 1 of its last N step checkpoints' mean loaded into it, on the
+    held-out sequences (greedy) or the test set. -> (scores for metrics.json, the attention plot's example: source
+    ids, their labels, the function that labels target ids)"""
     task, used, sequences = settings["task"], [], settings["task"] in SEQUENCE_TASKS
     if settings["average"] > 1:
         used, weights = average_last(out, settings["average"])
