@@ -7,7 +7,7 @@ import sys
 
 import numpy
 
-from minitransformer import decoding, fast
+from minitransformer import fast
 from minitransformer.fast.threads import NO_BLAS_CONTROL, use_blas_threads
 from minitransformer.kit.data.task_data import bleu_of, load_pairs
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
@@ -111,8 +111,7 @@ def score(model, task: str, pairs: list, tokenizers: tuple = (None, None), split
 
 def final_score(settings: dict, data, model, out) -> tuple:
     """The ``score`` of the model, or with average N > 1 of its last N step checkpoints' mean loaded into it, on the
-    held-out sequences (greedy) or the test set. -> (scores for metrics.json, the attention plot's example: source
-    ids, their labels, the function that labels target ids)"""
+    held-out sequences (greedy) or the test set. -> (scores for metrics.json, the source ids of the plots' example)"""
     task, used, sequences = settings["task"], [], settings["task"] in SEQUENCE_TASKS
     if settings["average"] > 1:
         used, weights = average_last(out, settings["average"])
@@ -124,11 +123,9 @@ def final_score(settings: dict, data, model, out) -> tuple:
     scores.update({"heldout": len(pairs)} if sequences else {"split": "test", "sentences": len(pairs)})
     scores.update(decoding=method, averaged=max(len(used), 1), averaged_steps=steps)
     if sequences:
-        example, symbols = pairs[0][0], {data.config.bos_id: "<bos>", data.config.eos_id: "<eos>"}
-        return scores, (example, [str(i) for i in example], lambda ids: [symbols.get(i, str(i)) for i in ids])
+        return scores, pairs[0][0]
     # a subordinate clause if there is one: German moves its verb, which the attention plot shows
-    example = data.src_tok.encode(next((s for s, _ in pairs if {"because", "weil"} & set(s.split())), pairs[0][0]))
-    return scores, (example, data.src_tok.token_labels(example), data.tgt_tok.token_labels)
+    return scores, data.src_tok.encode(next((s for s, _ in pairs if {"because", "weil"} & set(s.split())), pairs[0][0]))
 
 
 def save_figure(fig, path: str) -> None:
@@ -143,14 +140,14 @@ def _finite(rows):
 PLOT_FILES = ("loss.png", "attention.png", "explain.html")          # what write_plots writes into a run folder
 
 
-def write_plots(trainer, data, example: tuple, out: str, task: str) -> list:
+def write_plots(trainer, data, example: list, out: str, task: str) -> list:
     """loss.png (the losses, log scale if all > 0, and the validation metric), attention.png (the cross-attention of
-    every head and decoder layer, the last only past 4, on one held-out example and the model's output, row t
-    labelled by the token it produces) and explain.html (the viewer's page, ``viz.explain``, for that example).
-    -> (path, what it holds) of each file written."""
+    every head and decoder layer, the last only past 4, on the held-out example of source ids ``example`` and the
+    model's greedy output, row t labelled by the token it produces) and explain.html (the viewer's page,
+    ``viz.explain``, of the same decoding). -> (path, what it holds) of each file written."""
     from minitransformer.kit.running import viz                # matplotlib, loaded only by what draws
 
-    written, model = [], trainer.model
+    written = []
     loss_png, attention_png, page = (os.path.join(out, name) for name in PLOT_FILES)
     if trainer.history:
         scale = 100.0 if data.metric_percent else 1.0
@@ -163,19 +160,14 @@ def write_plots(trainer, data, example: tuple, out: str, task: str) -> list:
         written.append((loss_png, f"training and validation loss, {data.metric_name}"))
     else:                                                      # e.g. a time limit reached before the first step
         print("no training steps: loss.png not written")
-    src_ids, src_labels, tgt_labels_fn = example
-    c = model.config
-    model.eval()
-    src = numpy.asarray([src_ids], dtype=numpy.int64)                        # (1,S)
-    hyp = decoding.greedy_decode(model, src)[0]
-    model(src, numpy.asarray([[c.bos_id] + hyp], dtype=numpy.int64))       # tgt_in (1,T)
-    cross = [a[0] for a in model.attention_maps()["decoder_cross"]]          # per layer (H,T,S)
-    save_figure(viz.attention_grid(cross if len(cross) <= 4 else cross[-1], x_labels=src_labels,
-                                   y_labels=tgt_labels_fn(hyp + [c.eos_id]), x_name="key: source token",
+    tokenizers = None if data.src_tok is None else (data.src_tok, data.tgt_tok)
+    explained = viz.explain(trainer.model, example, tokenizers=tokenizers)
+    cross = list(explained.attention("decoder_cross"))                     # per layer (H,T,S)
+    save_figure(viz.attention_grid(cross if len(cross) <= 4 else cross[-1], x_labels=explained.data["src"],
+                                   y_labels=explained.data["tgt_out"], x_name="key: source token",
                                    title=f"Cross-attention ({task}, a held-out example)",
                                    y_name="query: the token produced at this step"), attention_png)
     written.append((attention_png, "cross-attention of every head on a held-out example"))
-    tokenizers = None if data.src_tok is None else (data.src_tok, data.tgt_tok)
-    viz.explain(model, src_ids, tokenizers=tokenizers).save(page)
+    explained.save(page)
     written.append((page, "the same example inside the model: open it in a browser"))
     return written

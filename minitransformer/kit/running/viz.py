@@ -153,10 +153,14 @@ class Explanation:
         return (f"<iframe srcdoc=\"{html.escape(self.html())}\" style=\"width:100%;height:760px;border:0\" "
                 f"title=\"minitransformer explain\"></iframe>")
 
+    def attention(self, stack: str = "decoder_cross") -> numpy.ndarray:
+        """One stack's attention weights, (layers, heads, queries, keys)."""
+        checks.one_of("Explanation", "stack", stack, viewer.STACKS)
+        packed = self.data["stacks"][stack]["attn"]
+        return numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])
+
     def figure(self, stack: str = "decoder_cross", layer: int = -1) -> Figure:
-        checks.one_of("Explanation.figure", "stack", stack, viewer.STACKS)
-        packed, d = self.data["stacks"][stack]["attn"], self.data
-        attn = numpy.frombuffer(base64.b64decode(packed["b64"]), "<f4").reshape(packed["shape"])     # (L,H,Tq,Tk)
+        attn, d = self.attention(stack), self.data                                                 # (L,H,Tq,Tk)
         checks.int_in("Explanation.figure", "layer", layer, -len(attn), len(attn) - 1)
         rows = d["src"] if stack == "encoder" else d["tgt_out"]               # a decoder query: the token it produces
         return attention_grid(attn[layer], x_labels=d["tgt_in"] if stack == "decoder_self" else d["src"],
