@@ -142,7 +142,7 @@ def _resumed_settings(settings: dict, typed: dict, resume_from) -> dict:
             "data_dir": settings["data_dir"] or saved.get("data_dir")}
 
 
-def _write_results(out: str, metrics: dict, trainer, data, example: tuple) -> list:
+def _write_results(out: str, metrics: dict, trainer, data, example: list) -> list:
     """metrics.json and (unless --no-plots) the plots. -> (path, what it holds) of every file of the run."""
     write_json(os.path.join(out, "metrics.json"), metrics, "metrics")
     score = "test BLEU" if "bleu" in metrics else "held-out exact match"
