@@ -121,11 +121,17 @@ class WordTokenizer(_Tokenizer):
 
     @classmethod
     def build(cls, texts, min_freq: int = 1, max_size: int | None = None, lowercase: bool = False) -> "WordTokenizer":
-        """Learn a vocabulary from texts (list of str): words seen >= min_freq times, at most max_size ids."""
+        """Learn a vocabulary from texts (list of str): the words seen >= min_freq times, most frequent first (ties:
+        alphabetical), at most max_size ids (specials included)."""
         texts = _check_texts(texts, "WordTokenizer.build")
+        checks.positive_int("WordTokenizer.build", "min_freq", min_freq)
+        if max_size is not None:
+            checks.int_in("WordTokenizer.build", "max_size", max_size, len(SPECIAL_TOKENS), sys.maxsize)
         tokenizer = cls(lowercase=lowercase)
         counts = Counter(piece for text in texts for piece, _ in tokenizer.pieces(text))
-        tokenizer.vocab = Vocab.build(counts, min_freq=min_freq, max_size=max_size)
+        ranked = sorted((w for w, c in counts.items() if c >= min_freq and w not in SPECIAL_TOKENS),
+                        key=lambda w: (-counts[w], w))
+        tokenizer.vocab = Vocab(ranked if max_size is None else ranked[: max_size - len(SPECIAL_TOKENS)])
         return tokenizer
 
     def tokenize(self, text: str) -> list[str]:
