@@ -193,8 +193,7 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
         out_len = longest + decoding.EXTRA_LENGTH if length_limit is None else length_limit(longest)
         batch_size = max(1, min(batch_size, largest_batch(model, longest, out_len, beam_size)))
     out = {}
-    same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
-    groups = [list(g) for _, g in itertools.groupby(order, same)]
+    groups = [list(g) for _, g in itertools.groupby(order, lambda i: len(encoded[i]))] if length_limit else [order]
     for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
         src = collate([(encoded[i], []) for i in idx], pad_id=model.config.pad_id).src           # (B,S)
         max_len = None if length_limit is None else length_limit(src.shape[1])

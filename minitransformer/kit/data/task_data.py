@@ -70,8 +70,7 @@ def _translation_data(settings: dict, tokenizers) -> TaskData:
     train_ids, valid_ids = (_encode_pairs(text, src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
                             for text in (train_text, valid_text))
     train_data = BucketBatcher(train_ids, max_tokens=settings["max_tokens"], seed=settings["seed"])
-    valid_batcher = BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False)
-    valid_batches = [valid_batcher.batch(ix) for ix in valid_batcher.batches_for_epoch(0)]
+    valid_batches = list(BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False))    # one epoch
     eval_pairs = valid_text[:min(VALID_SENTENCES, settings["limit"] or VALID_SENTENCES)]
     return TaskData(config, train_data, valid_batches,
                     lambda model: bleu_of(model, src_tok, tgt_tok, eval_pairs, lowercase=task == "multi30k")[0],
