@@ -89,11 +89,10 @@ def _build_tokenizers(task: str, settings: dict, train_pairs: list):
     lowercase: the toy corpus is written in lowercase, and Multi30k is scored lowercased; a sentence given to
     `translate` is then read the same way ("The" as "the")."""
     print(f"building vocabularies from {len(train_pairs)} training pairs ...")
+    sources, targets = [s for s, _ in train_pairs], [t for _, t in train_pairs]
     if task == "toy":
-        return (WordTokenizer.build([s for s, _ in train_pairs], lowercase=True),
-                WordTokenizer.build([t for _, t in train_pairs], lowercase=True))
-    texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
-    shared = BPETokenizer.learn(texts, vocab_size=settings["vocab_size"], lowercase=True)
+        return WordTokenizer.build(sources, lowercase=True), WordTokenizer.build(targets, lowercase=True)
+    shared = BPETokenizer.learn(sources + targets, vocab_size=settings["vocab_size"], lowercase=True)
     return shared, shared
 
 

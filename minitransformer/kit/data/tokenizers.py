@@ -1,8 +1,6 @@
 """Tokenisers: text <-> token ids. ``WordTokenizer``: one id per word or punctuation mark (the toy corpus).
 ``BPETokenizer``: byte-pair encoding (Sennrich et al. 2016), the paper's subwords, one vocabulary for both sides.
-Both cut text alike (``vocab.split_pieces``) and share the special ids of ``vocab``: <pad> 0 (the loss and the masks
-ignore it), <bos> 1 (starts the decoder input), <eos> 2 (ends the target), <unk> 3. They travel with checkpoints as
-JSON."""
+Both cut text alike (``vocab.split_pieces``), share the special ids of ``vocab`` and travel with checkpoints as JSON."""
 
 import heapq
 import itertools

@@ -1,5 +1,6 @@
-"""The vocabulary side of the tokenisers: the special ids every model here relies on, ``Vocab`` (tokens <-> ids),
-and how a text is cut into pieces."""
+"""The vocabulary side of the tokenisers: the special ids every model here relies on (<pad> 0, which the loss and
+the masks ignore; <bos> 1, which starts the decoder input; <eos> 2, which ends the target; <unk> 3), ``Vocab``
+(tokens <-> ids), and how a text is cut into pieces."""
 
 import re
 
