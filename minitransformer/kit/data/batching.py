@@ -186,7 +186,7 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
                   length_limit=None) -> list:
     """The output ids of each source id list (batched, sorted by length), in input order.
     length_limit(S) -> the most tokens generated for a source of S tokens (the batches then hold sources of one
-    length each); None: decoding's default, S + 50 (the paper's, §6.1)."""
+    length each); None: decoding's default, S + decoding.EXTRA_LENGTH (the paper's, §6.1)."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     if encoded:                           # as many sentences at once as the memory budget lets the longest take
         longest = len(encoded[order[-1]])

@@ -244,9 +244,7 @@ class BPETokenizer(_Tokenizer):
 
     def _apply_merges(self, symbols: list[str]) -> list[str]:
         """Merge the lowest-ranked adjacent pair, every occurrence left to right, until none is a merge. O(n log n):
-        the symbols form a linked list (a symbol merged into its left neighbour becomes None), a heap holds (rank,
-        position) of each mergeable pair and hands over a whole rank in position order (the left-to-right pass);
-        stale entries are skipped, and each merge removes a symbol and pushes at most two pairs."""
+        the symbols form a linked list, and a heap of (rank, position) hands over one rank's pairs at a time."""
         n = len(symbols)
         symbols = list(symbols)
         after, before = list(range(1, n + 1)), list(range(-1, n - 1))         # n / -1: no neighbour
@@ -261,7 +259,7 @@ class BPETokenizer(_Tokenizer):
                 j = after[i]
                 if symbols[i] is None or j == n or (symbols[i], symbols[j]) != self.merges[rank]:
                     continue                                    # stale: merged or changed since it was pushed
-                symbols[i], symbols[j] = symbols[i] + symbols[j], None
+                symbols[i], symbols[j] = symbols[i] + symbols[j], None     # j joins its left neighbour
                 after[i] = after[j]
                 if after[i] < n:
                     before[after[i]] = i
