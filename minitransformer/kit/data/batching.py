@@ -186,15 +186,14 @@ def translate_ids(model, encoded, beam_size: int = 1, alpha: float = 0.6, batch_
                   length_limit=None) -> list:
     """The output ids of each source id list (batched, sorted by length), in input order.
     length_limit(S) -> the most tokens generated for a source of S tokens (the batches then hold sources of one
-    length each); None: decoding's default, S + 50 (the paper's, §6.1)."""
+    length each); None: decoding's default, S + decoding.EXTRA_LENGTH (the paper's, §6.1)."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     if encoded:                           # as many sentences at once as the memory budget lets the longest take
         longest = len(encoded[order[-1]])
         out_len = longest + decoding.EXTRA_LENGTH if length_limit is None else length_limit(longest)
         batch_size = max(1, min(batch_size, largest_batch(model, longest, out_len, beam_size)))
     out = {}
-    same = (lambda i: len(encoded[i])) if length_limit is not None else (lambda i: 0)
-    groups = [list(g) for _, g in itertools.groupby(order, same)]
+    groups = [list(g) for _, g in itertools.groupby(order, lambda i: len(encoded[i]))] if length_limit else [order]
     for idx in (group[k:k + batch_size] for group in groups for k in range(0, len(group), batch_size)):
         src = collate([(encoded[i], []) for i in idx], pad_id=model.config.pad_id).src           # (B,S)
         max_len = None if length_limit is None else length_limit(src.shape[1])

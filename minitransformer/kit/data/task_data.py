@@ -70,8 +70,7 @@ def _translation_data(settings: dict, tokenizers) -> TaskData:
     train_ids, valid_ids = (_encode_pairs(text, src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
                             for text in (train_text, valid_text))
     train_data = BucketBatcher(train_ids, max_tokens=settings["max_tokens"], seed=settings["seed"])
-    valid_batcher = BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False)
-    valid_batches = [valid_batcher.batch(ix) for ix in valid_batcher.batches_for_epoch(0)]
+    valid_batches = list(BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False))    # one epoch
     eval_pairs = valid_text[:min(VALID_SENTENCES, settings["limit"] or VALID_SENTENCES)]
     return TaskData(config, train_data, valid_batches,
                     lambda model: bleu_of(model, src_tok, tgt_tok, eval_pairs, lowercase=task == "multi30k")[0],
@@ -90,11 +89,10 @@ def _build_tokenizers(task: str, settings: dict, train_pairs: list):
     lowercase: the toy corpus is written in lowercase, and Multi30k is scored lowercased; a sentence given to
     `translate` is then read the same way ("The" as "the")."""
     print(f"building vocabularies from {len(train_pairs)} training pairs ...")
+    sources, targets = [s for s, _ in train_pairs], [t for _, t in train_pairs]
     if task == "toy":
-        return (WordTokenizer.build([s for s, _ in train_pairs], lowercase=True),
-                WordTokenizer.build([t for _, t in train_pairs], lowercase=True))
-    texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
-    shared = BPETokenizer.learn(texts, vocab_size=settings["vocab_size"], lowercase=True)
+        return WordTokenizer.build(sources, lowercase=True), WordTokenizer.build(targets, lowercase=True)
+    shared = BPETokenizer.learn(sources + targets, vocab_size=settings["vocab_size"], lowercase=True)
     return shared, shared
 
 

@@ -1,8 +1,6 @@
 """Tokenisers: text <-> token ids. ``WordTokenizer``: one id per word or punctuation mark (the toy corpus).
 ``BPETokenizer``: byte-pair encoding (Sennrich et al. 2016), the paper's subwords, one vocabulary for both sides.
-Both cut text alike (``vocab.split_pieces``) and share the special ids of ``vocab``: <pad> 0 (the loss and the masks
-ignore it), <bos> 1 (starts the decoder input), <eos> 2 (ends the target), <unk> 3. They travel with checkpoints as
-JSON."""
+Both cut text alike (``vocab.split_pieces``), share the special ids of ``vocab`` and travel with checkpoints as JSON."""
 
 import heapq
 import itertools
@@ -121,11 +119,17 @@ class WordTokenizer(_Tokenizer):
 
     @classmethod
     def build(cls, texts, min_freq: int = 1, max_size: int | None = None, lowercase: bool = False) -> "WordTokenizer":
-        """Learn a vocabulary from texts (list of str): words seen >= min_freq times, at most max_size ids."""
+        """Learn a vocabulary from texts (list of str): the words seen >= min_freq times, most frequent first (ties:
+        alphabetical), at most max_size ids (specials included)."""
         texts = _check_texts(texts, "WordTokenizer.build")
+        checks.positive_int("WordTokenizer.build", "min_freq", min_freq)
+        if max_size is not None:
+            checks.int_in("WordTokenizer.build", "max_size", max_size, len(SPECIAL_TOKENS), sys.maxsize)
         tokenizer = cls(lowercase=lowercase)
         counts = Counter(piece for text in texts for piece, _ in tokenizer.pieces(text))
-        tokenizer.vocab = Vocab.build(counts, min_freq=min_freq, max_size=max_size)
+        ranked = sorted((w for w, c in counts.items() if c >= min_freq and w not in SPECIAL_TOKENS),
+                        key=lambda w: (-counts[w], w))
+        tokenizer.vocab = Vocab(ranked if max_size is None else ranked[: max_size - len(SPECIAL_TOKENS)])
         return tokenizer
 
     def tokenize(self, text: str) -> list[str]:
@@ -240,9 +244,7 @@ class BPETokenizer(_Tokenizer):
 
     def _apply_merges(self, symbols: list[str]) -> list[str]:
         """Merge the lowest-ranked adjacent pair, every occurrence left to right, until none is a merge. O(n log n):
-        the symbols form a linked list (a symbol merged into its left neighbour becomes None), a heap holds (rank,
-        position) of each mergeable pair and hands over a whole rank in position order (the left-to-right pass);
-        stale entries are skipped, and each merge removes a symbol and pushes at most two pairs."""
+        the symbols form a linked list, and a heap of (rank, position) hands over one rank's pairs at a time."""
         n = len(symbols)
         symbols = list(symbols)
         after, before = list(range(1, n + 1)), list(range(-1, n - 1))         # n / -1: no neighbour
@@ -257,7 +259,7 @@ class BPETokenizer(_Tokenizer):
                 j = after[i]
                 if symbols[i] is None or j == n or (symbols[i], symbols[j]) != self.merges[rank]:
                     continue                                    # stale: merged or changed since it was pushed
-                symbols[i], symbols[j] = symbols[i] + symbols[j], None
+                symbols[i], symbols[j] = symbols[i] + symbols[j], None     # j joins its left neighbour
                 after[i] = after[j]
                 if after[i] < n:
                     before[after[i]] = i

@@ -1,10 +1,8 @@
-"""The vocabulary side of the tokenisers: the special ids every model here relies on, ``Vocab`` (tokens <-> ids),
-and how a text is cut into pieces."""
+"""The vocabulary side of the tokenisers: the special ids every model here relies on (<pad> 0, which the loss and
+the masks ignore; <bos> 1, which starts the decoder input; <eos> 2, which ends the target; <unk> 3), ``Vocab``
+(tokens <-> ids), and how a text is cut into pieces."""
 
 import re
-import sys
-
-from minitransformer import checks
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -31,22 +29,10 @@ class Vocab:
         for token in tokens:
             self.add(token)
 
-    @classmethod
-    def build(cls, counts, min_freq: int = 1, max_size: int | None = None) -> "Vocab":
-        """The tokens of ``counts`` (token -> count) seen at least min_freq times, most frequent first (ties:
-        alphabetical), at most max_size ids, specials included."""
-        checks.positive_int("Vocab.build", "min_freq", min_freq)
-        if max_size is not None:
-            checks.int_in("Vocab.build", "max_size", max_size, len(SPECIAL_TOKENS), sys.maxsize)
-        ranked = sorted((t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS),
-                        key=lambda t: (-counts[t], t))
-        return cls(ranked if max_size is None else ranked[: max_size - len(SPECIAL_TOKENS)])
-
-    def add(self, token: str) -> int:
+    def add(self, token: str) -> None:
         if token not in self.stoi:
             self.stoi[token] = len(self.itos)
             self.itos.append(token)
-        return self.stoi[token]
 
     def __len__(self) -> int:
         return len(self.itos)
