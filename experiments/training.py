@@ -84,9 +84,9 @@ def split_batches(task: str, split: str, src_tok, tgt_tok, data_dir=None, max_to
     """The (first ``limit``) pairs of a translation task's split, encoded with these tokenisers and batched in
     order (a pair the model cannot hold is left out, as in training): what ``true_perplexity`` reads."""
     from minitransformer.kit.data.batching import BucketBatcher
-    from minitransformer.kit.data.task_data import TRANSLATION_MAX_LEN, _encode_pairs
+    from minitransformer.kit.data.task_data import TRANSLATION_MAX_LEN, encode_pairs
 
-    ids = _encode_pairs(load_pairs(task, split, data_dir)[:limit], src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
+    ids = encode_pairs(load_pairs(task, split, data_dir)[:limit], src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
     batcher = BucketBatcher(ids, max_tokens=max_tokens, shuffle=False)
     return [batcher.batch(ix) for ix in batcher.batches_for_epoch(0)]
 

@@ -67,7 +67,7 @@ def _translation_data(settings: dict, tokenizers) -> TaskData:
     src_tok, tgt_tok = tokenizers
     config = _make_config(settings, src_tok.vocab_size, tgt_tok.vocab_size, max_len=TRANSLATION_MAX_LEN,
                           share_embeddings=src_tok is tgt_tok or task == "multi30k")
-    train_ids, valid_ids = (_encode_pairs(text, src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
+    train_ids, valid_ids = (encode_pairs(text, src_tok, tgt_tok, TRANSLATION_MAX_LEN - 1)
                             for text in (train_text, valid_text))
     train_data = BucketBatcher(train_ids, max_tokens=settings["max_tokens"], seed=settings["seed"])
     valid_batches = list(BucketBatcher(valid_ids, max_tokens=settings["max_tokens"], shuffle=False))    # one epoch
@@ -77,7 +77,7 @@ def _translation_data(settings: dict, tokenizers) -> TaskData:
                     src_tok=src_tok, tgt_tok=tgt_tok)
 
 
-def _encode_pairs(pairs, src_tok, tgt_tok, max_len: int) -> list:
+def encode_pairs(pairs, src_tok, tgt_tok, max_len: int) -> list:
     """Token id pairs. A pair is dropped when either side is empty, its source is longer than max_len, or its
     target is max_len or longer (the decoder reads it with <bos> in front, and predicts <eos> after it)."""
     encoded = ((src_tok.encode(src), tgt_tok.encode(tgt)) for src, tgt in pairs)
