@@ -33,7 +33,6 @@ from .exercises import CATALOGUE, EXERCISES, TRAIN, build
 from .maker import PACKAGE, package, parts_of, withheld_of, write_package
 
 MATCH = 1e-6                 # relative agreement with the reference (a pass) or with a mistake (a diagnosis)
-LEARNS = 0.9                 # exact match on new strings that counts as learning the copy task
 STUDENT_BYTES = 16 << 20     # the most a submission's files may hold
 HERE = Path(__file__).parent
 IDENTICAL = "identical to the reference solution"
@@ -208,9 +207,10 @@ def judge_training(job: dict, got: dict) -> dict:
     exact = train_copy.exact_match(minitransformer, model, job["seeds"][-1])
     figures = got.get("figures") if isinstance(got.get("figures"), dict) else {}
     losses = [f"{figures[k]:.3f}" if isinstance(figures.get(k), float) else "?" for k in ("first_loss", "final_loss")]
-    text = (f"{'learned' if exact >= LEARNS else 'did not learn'}: exact match {exact:.0%} on 100 new strings "
-            f"(needs {LEARNS:.0%}), loss {losses[0]} -> {losses[1]}")
-    return {"forward": "-", "backward": "ok", "diagnosis": "", "output": text} if exact >= LEARNS else failed(text, "-")
+    learned = exact >= train_copy.LEARNS
+    text = (f"{'learned' if learned else 'did not learn'}: exact match {exact:.0%} on 100 new strings "
+            f"(needs {train_copy.LEARNS:.0%}), loss {losses[0]} -> {losses[1]}")
+    return {"forward": "-", "backward": "ok", "diagnosis": "", "output": text} if learned else failed(text, "-")
 
 
 def finish(job: dict, diagnoses: str, timed_out: bool) -> dict:

@@ -1,12 +1,14 @@
 """Part 3's finale, `python train_copy.py`: the Transformer you wrote learns to copy strings (output position i
-attends to source position i). Every step runs your forward, your backward and the optimiser: a wrong gradient
-shows as a loss that stalls."""
+attends to source position i). Every step runs your forward, your backward and the optimiser, so it shows that the
+pieces work together. It is no gradient check: the task is easy enough, and Adam forgiving enough of a gradient's
+scale, that most wrong gradients still learn it; each backward's own check is what finds them."""
 
 from __future__ import annotations
 
 import numpy
 
 PAD, BOS, EOS, FIRST = 0, 1, 2, 4        # the ids: padding, begin, end, then the symbols
+LEARNS = 0.8                             # the exact match that counts as having learned to copy (the grader's bar)
 
 
 def batch(rng, size: int, symbols: int, max_len: int):
@@ -36,14 +38,15 @@ def exact_match(mt, model, seed: int = 0, symbols: int = 6, max_len: int = 6) ->
     return float(numpy.mean([h == r for h, r in zip(hyps, refs)]))
 
 
-def train(mt, steps: int = 400, seed: int = 0, symbols: int = 6, max_len: int = 6, log=print) -> dict:
-    """Train the model of config() with Adam and the paper's warmup; returns the final figures and the model."""
+def train(mt, steps: int = 600, seed: int = 0, symbols: int = 6, max_len: int = 6, log=print) -> dict:
+    """Train the model of config() with Adam and the paper's warmup; returns the final figures and the model.
+    Half the Noam rate over 600 steps: a correct model clears LEARNS on every seed, with room to spare."""
     mt.manual_seed(seed)
     rng = numpy.random.default_rng(seed)
     model = mt.Transformer(config(mt, symbols, max_len))
     loss_fn = mt.CrossEntropyLoss(ignore_index=PAD)
     opt = mt.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
-    schedule = mt.optim.NoamSchedule(opt, d_model=32, warmup=50, factor=1.0)
+    schedule = mt.optim.NoamSchedule(opt, d_model=32, warmup=100, factor=0.5)
     losses = []
     for step in range(1, steps + 1):
         src, tgt_in, tgt_out = batch(rng, 32, symbols, max_len)
@@ -57,7 +60,7 @@ def train(mt, steps: int = 400, seed: int = 0, symbols: int = 6, max_len: int = 
         if step % 100 == 0 or step == 1:
             log(f"step {step:4d}  loss {loss:.3f}")
     exact = exact_match(mt, model, seed, symbols, max_len)
-    log(f"exact match on 100 new strings: {exact:.0%}")
+    log(f"exact match on 100 new strings: {exact:.0%} (learned at {LEARNS:.0%})")
     return {"first_loss": float(losses[0]), "final_loss": float(numpy.mean(losses[-20:])), "exact_match": exact,
             "model": model}
 
