@@ -188,10 +188,10 @@ def markdown(payload: dict) -> str:
         rows.append([row, t["paper_row"], f"{t['params']:,}" if t["params"] else "-", len(t["seeds"]),
                      _cell(t["test_bleu"]), _cell(t["test_ppl"]), _cell(t["valid_ppl"]),
                      stats.fmt_diff(c["metrics"]["test_bleu"]) if c else "",
-                     stats.fmt_diff(c["metrics"]["test_ppl"]) if c else "", c["verdict"] if c else "",
+                     stats.fmt_diff(c["metrics"]["test_ppl"]) if c else "", stats.shown(c["verdict"], c) if c else "",
                      c["status"] if c else ("complete" if len(t["seeds"]) == len(s["seeds"]) else "running / pending")])
     header = ["row", "paper's row", "params", "seeds", "test BLEU", "test PPL", "valid PPL", "dBLEU [95% CI]",
-              "dPPL [95% CI]", "verdict", "status"]
+              "dPPL [95% CI]", "verdict, before Holm", "status"]
     title = (f"Multi30k de->en, small preset, {s['steps']} steps (warmup {s['warmup']}), the last model; mean +- "
              "sample SD over seeds, differences paired by seed (row - base)")
     return common.markdown_table(title, header, rows)

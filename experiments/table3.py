@@ -272,13 +272,13 @@ def markdown(payload: dict) -> str:
     differences from the base with their 95% intervals, the verdict, and the paper's row beside."""
     s, res = payload["settings"], payload["results"]
     header = ["row", "change", "params", "rate factor", "seeds", "steps to 90", "PPL at 300", "BLEU at 300",
-              "d steps [95% CI]", "d PPL [95% CI]", "verdict", "paper's row", "paper PPL", "paper BLEU"]
+              "d steps [95% CI]", "d PPL [95% CI]", "verdict, before Holm", "paper's row", "paper PPL", "paper BLEU"]
     rows = []
     for name, t in res["table"].items():
         c = res["comparisons"].get(name)
         change = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in t["changes"].items())
         censored = f" ({t['censored']} censored)" if t["censored"] else ""
-        verdict = (c["verdict"] if c["status"] == "complete" else c["status"]) if c else \
+        verdict = (stats.shown(c["verdict"], c) if c["status"] == "complete" else c["status"]) if c else \
             ("" if len(t["seeds"]) == len(s["seeds"]) else "running / pending")
         rows.append([f"{t['group']} {name}".strip(), change or "-", f"{t['params']:,}" if t["params"] else "-",
                      "-" if t["factor"] is None else f"{t['factor']:g}", len(t["seeds"]),
