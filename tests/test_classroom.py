@@ -12,8 +12,11 @@ import shutil
 import subprocess
 import sys
 
+import numpy
 import pytest
 
+import minitransformer as mt
+from minitransformer.kit.classroom import grader, train_copy
 from minitransformer.kit.classroom.exercises import CATALOGUE, EXERCISES, TRAIN
 from minitransformer.kit.classroom.grader import grade, grade_exercise
 from minitransformer.kit.classroom.maker import PACKAGE, make
@@ -129,11 +132,6 @@ def test_make_then_grade_round_trips_through_the_command_line(tmp_path, capsys):
 
 
 def test_the_training_bar_fails_weights_that_did_not_learn_and_passes_ones_that_did(tmp_path, float64):
-    import numpy
-
-    import minitransformer as mt
-    from minitransformer.kit.classroom import grader, train_copy
-
     def judged(model) -> dict:
         (tmp_path / "out").mkdir(exist_ok=True)
         for name, array in model.state_dict().items():

@@ -40,7 +40,7 @@ def exact_match(mt, model, seed: int = 0, symbols: int = 6, max_len: int = 6) ->
 
 def train(mt, steps: int = 600, seed: int = 0, symbols: int = 6, max_len: int = 6, log=print) -> dict:
     """Train the model of config() with Adam and the paper's warmup; returns the final figures and the model.
-    Half the Noam rate over 600 steps: a correct model clears LEARNS on every seed, with room to spare."""
+    Half the Noam rate over 600 steps: a correct model clears LEARNS on every seed tried, with room to spare."""
     mt.manual_seed(seed)
     rng = numpy.random.default_rng(seed)
     model = mt.Transformer(config(mt, symbols, max_len))
