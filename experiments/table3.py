@@ -307,7 +307,9 @@ def figures(payload) -> dict:
     cols = min(4, len(names))
     fig, axes = common.new_figure(cols, math.ceil(len(names) / cols), width=3.4, height=2.6)
     k = s["smooth"]
-    for ax, name in zip(axes, names):
+    fig.suptitle(f"Valid BLEU, the mean of the last {k} evaluations, one line per seed; grey: the base's seeds; "
+                 f"dashed: {s['target']:g}")
+    for i, (ax, name) in enumerate(zip(axes, names)):
         for row, colour in (("base", "0.7"), (name, "C0")):
             for r in res["runs"]:
                 if r["row"] == row:
@@ -316,7 +318,7 @@ def figures(payload) -> dict:
                         ax.plot(c[k - 1:, 0], numpy.convolve(c[:, 1], numpy.ones(k) / k, mode="valid"),
                                 color=colour, lw=1)
         ax.axhline(s["target"], color="k", lw=0.6, ls="--")
-        ax.set(title=name, xlabel="step", ylim=(0, 100))
+        ax.set(title=name, xlabel="step", ylabel="valid BLEU" if i % cols == 0 else None, ylim=(0, 100))
     for ax in axes[len(names):]:
         ax.axis("off")
     return {"curves": fig}
