@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 from pathlib import Path
 
 import numpy
@@ -51,17 +52,13 @@ def _labeller(tokenizer, config):
 
 
 def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
-    """Loss, logits (T,V) and per stack the layers' A, q, k (read from the attention core's cache, which holds them
-    until its backward), dL/dA, each head's share and |g_h| (``_head_paths``). Parameter gradients stay as they were."""
+    """Loss, logits (T,V) and per stack the layers' A, dL/dA, and what ``_head_paths`` gives: each head's share and
+    |g_h|, and the q, k, scale and mask each A came from. Parameter gradients stay as they were."""
     grads, xp = [p.grad.copy() for p in model.parameters()], backend.xp()
     by_stack = {"encoder": [layer.self_attn.attention for layer in model.encoder.layers],       # attention cores
                 "decoder_self": [layer.self_attn.attention for layer in model.decoder.layers],
                 "decoder_cross": [layer.cross_attn.attention for layer in model.decoder.layers]}
     logits = model(numpy.asarray([src]), numpy.asarray([tgt_in]))                 # (1,T,V)
-    stacks = {name: {"attn": [a.attn[0] for a in cores], "q": [a._cache.q[0] for a in cores],
-                     "k": [a._cache.k[0] for a in cores], "scale": cores[0]._cache.scale,
-                     "mask": _pack(xp.broadcast_to(cores[0].mask_layer._cache.mask[0, 0], cores[0].attn.shape[2:]))}
-              for name, cores in by_stack.items()}
     loss_fn = CrossEntropyLoss(ignore_index=model.config.pad_id)
     loss = loss_fn(logits, numpy.asarray([tgt_out]))
     watched = [model.src_embed, model.tgt_embed, *sum(by_stack.values(), [])]
@@ -71,24 +68,25 @@ def _forward_backward(model, src, tgt_in, tgt_out) -> tuple:
     douts = {m: m.dout for m in watched}                       # module -> the dout its backward got
     for m in watched:
         m.keep_dout, m.dout = False, None
-    for name, cores in by_stack.items():
-        stacks[name]["dattn"] = [a.dattn[0] for a in cores]
-        stacks[name] = {key: _pack(xp.stack(v)) if isinstance(v, list) else v for key, v in stacks[name].items()}
+    stacks = {name: {"attn": _pack(xp.stack([a.attn[0] for a in cores])),                  # (L,H,Tq,Tk) each
+                     "dattn": _pack(xp.stack([a.dattn[0] for a in cores]))}      # read before _head_paths reruns them
+              for name, cores in by_stack.items()}
     for name, paths in _head_paths(model, src, tgt_in, douts).items():
-        stacks[name].update(share=paths[..., 0].tolist(), grad_norm=paths[..., 1].tolist())
+        stacks[name].update(paths)
     for p, g in zip(model.parameters(), grads):
         p.grad[...] = g
     return loss, backend.to_numpy(logits[0]), stacks
 
 
 def _head_paths(model, src, tgt_in, douts) -> dict:
-    """Per stack, (L,H,2): each head's share <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the
-    stacks' inputs: the source for encoder and cross heads, the target for decoder self heads) and |g_h|, g_h the
-    part of g on the paths through the head (a cross head's: through its keys and values). The backward pass is
-    linear: g_h is the head's own dout (douts) taken back alone, through its projections and attention core (below
-    W_o, which mixes the heads), then the layers below, so a layer's g_h and the paths that miss its heads add up to
-    g. Each head is a row of a batch that joins, from the top layer down, the rows going through the layers below,
-    run on that many copies of the sentence."""
+    """Per stack, each layer's q and k (H,T,Dk), the scores' scale and mask (Tq,Tk), and per head (L,H) ``share``,
+    <g_h, g> / |g|^2 of the gradient g reaching the embeddings (the stacks' inputs: the source for encoder and cross
+    heads, the target for decoder self heads), and ``grad_norm``, |g_h|; g_h is the part of g on the paths through
+    the head (a cross head's: through its keys and values). The backward pass is linear: g_h is the head's own dout
+    (douts) taken back alone, through its projections and attention core (below W_o, which mixes the heads), then
+    the layers below, so a layer's g_h and the paths that miss its heads add up to g. Each head is a row of a batch
+    that joins, from the top layer down, the rows going through the layers below, run on that many copies of the
+    sentence."""
     xp, H, enc, dec = backend.xp(), model.config.num_heads, model.encoder, model.decoder
     src, tgt = backend.asarray(numpy.asarray([src])), backend.asarray(numpy.asarray([tgt_in]))
     src_mask, tgt_mask = model.src_mask(src), model.tgt_mask(tgt)
@@ -102,6 +100,7 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
         mids.append(layer.sublayer_self.forward(ys[-1], lambda h: layer.self_attn.forward(h, h, h, tgt_mask)))
         ys.append(layer.forward(ys[-1], memory, tgt_mask, src_mask))
     one_hot = xp.eye(H, dtype=memory.dtype)[:, :, None, None]                                     # (H,H,1,1)
+    seen = {}                                                  # attention -> its q, k (H,T,Dk), as ``own`` met them
 
     def rows(x, n):
         return xp.repeat(x, n, axis=0)
@@ -111,6 +110,7 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
         query = sub.norm.forward(x) if sub.norm_first else x                                      # what mha reads
         kv = query if memory is None else rows(memory, H)
         q, k, v = (mha.split_heads(W.forward(t)) for W, t in ((mha.W_q, query), (mha.W_k, kv), (mha.W_v, kv)))
+        seen[mha] = q[0], k[0]                                 # every row holds the sentence's q and k   (H,T,Dk)
         mha.attention.forward(q, k, v, mask)
         dq, dk, dv = mha.attention.backward(douts[mha.attention] * one_hot)              # (rows, heads, T, Dk) ...
         dq, dk, dv = (W.backward(mha.merge_heads(d)) for W, d in ((mha.W_q, dq), (mha.W_k, dk), (mha.W_v, dv)))
@@ -132,11 +132,18 @@ def _head_paths(model, src, tgt_in, douts) -> dict:
         dx = xp.concatenate([layer.backward(dx), own(layer.sublayer_attn, layer.self_attn, x, src_mask)])
     g_src, g_tgt = douts[model.src_embed].reshape(-1), douts[model.tgt_embed].reshape(-1)       # (S*D,), (T*D,)
     L, E = len(dec.layers), len(enc.layers)
-    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src),
-             "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt),
-             "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src)}             # (layers,H,T*D), bottom layer first
-    return {name: backend.to_numpy(xp.stack([g_h @ g / xp.maximum(g @ g, 1e-30), xp.sqrt((g_h * g_h).sum(-1))], -1))
-            for name, (g_h, g) in parts.items()}
+    parts = {"encoder": (dx[L * H:].reshape(E, H, -1)[::-1], g_src, [e.self_attn for e in enc.layers], src_mask),
+             "decoder_self": (dy.reshape(L, H, -1)[::-1], g_tgt, [d.self_attn for d in dec.layers], tgt_mask),
+             "decoder_cross": (dx[:L * H].reshape(L, H, -1), g_src, [d.cross_attn for d in dec.layers], src_mask)}
+    found = {}
+    for name, (g_h, g, mhas, mask) in parts.items():           # g_h (layers,H,T*D), bottom layer first
+        paths = backend.to_numpy(xp.stack([g_h @ g / xp.maximum(g @ g, 1e-30), xp.sqrt((g_h * g_h).sum(-1))], -1))
+        q, k = xp.stack([seen[m][0] for m in mhas]), xp.stack([seen[m][1] for m in mhas])        # (L,H,T,Dk)
+        scale = 1 / math.sqrt(mhas[0].d_k) if mhas[0].attention.scale else 1.0                  # as the scores had
+        mask = xp.broadcast_to(mask[0, 0], (q.shape[2], k.shape[2]))                                # (Tq,Tk)
+        found[name] = {"share": paths[..., 0].tolist(), "grad_norm": paths[..., 1].tolist(), "q": _pack(q),
+                       "k": _pack(k), "scale": scale, "mask": _pack(mask)}
+    return found
 
 
 def _decoding(logits, hyp, ended: bool, cross, eos_id: int, beam: list, alpha: float, label) -> dict:
