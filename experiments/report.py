@@ -234,7 +234,8 @@ def table3_300_steps() -> str:
         c = res["comparisons"].get(name)
         rows.append([f"{t['group']} {name}".strip(), f"{t['params']:,}", common.mean_std(t["ppl"], ".3f"),
                      common.mean_std(t["bleu"], ".1f"), stats.fmt_diff(c["metrics"]["bleu"], "+.1f") if c else "",
-                     stats.fmt_diff(c["metrics"]["ppl"], "+.3f") if c else "", stats.shown(c["verdict"], c) if c else ""])
+                     stats.fmt_diff(c["metrics"]["ppl"], "+.3f") if c else "",
+                     stats.shown(c["verdict"], c) if c else ""])
     title = (f"The earlier design: every row stopped at {s['steps']} steps, seeds {s['seeds']}, valid split; mean +- "
              "sample SD; differences paired by seed (row - base)")
     return "\n\n".join([common.markdown_table(title, ["row", "params", "PPL", "BLEU", "d BLEU [95% CI]",

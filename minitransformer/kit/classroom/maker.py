@@ -108,8 +108,8 @@ def notebook(part: int, exercises: list) -> dict:
                                    f"*Hint:* {e.hint}"), cell("code", f"!{{sys.executable}} check.py {e.name}")]
     if part == 3:
         cells += [cell("markdown", f"## `train`\n\n{TRAIN.sentence} Every step runs your forward, your backward "
-                                   "and the optimiser. It shows the pieces work together; it is no gradient check: this task "
-                                   "is easy enough that most wrong gradients still learn it."),
+                                   "and the optimiser. It shows the pieces work together; it is no gradient check: "
+                                   "this task is easy enough that most wrong gradients still learn it."),
                   cell("code", "!{sys.executable} train_copy.py")]
     return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                                         "name": "python3"}}, "nbformat": 4, "nbformat_minor": 4}
