@@ -6,24 +6,21 @@ from __future__ import annotations
 
 import textwrap
 
+from minitransformer.config import POSITIONAL, PRESETS
 from minitransformer.kit import limits
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
 
-PRESETS = ("tiny", "small", "base")
-
-# one encoder and one decoder layer of width 32: the symbol tasks need no more, and each step stays cheap
-_SYMBOL_MODEL = {"d_model": 32, "num_heads": 2, "d_ff": 64, "dropout": 0.0, "num_encoder_layers": 1,
-                 "num_decoder_layers": 1}
+# copy: one encoder and one decoder layer of width 32 (the symbol tasks need no more, and each step stays cheap),
+# batches of 64, stopping at 100% exact match, within seconds on a CPU
+_COPY = {"preset": "tiny", "model": {"d_model": 32, "num_heads": 2, "d_ff": 64, "dropout": 0.0,
+                                    "num_encoder_layers": 1, "num_decoder_layers": 1},
+         "batch_size": 64, "steps": 3000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0, "label_smoothing": 0.0,
+         "eval_every": 100, "save_every": 500, "target": 100}
 
 TASK_DEFAULTS = {
-    # copy: the symbol model, batches of 64, stopping at 100% exact match, within seconds on a CPU
-    "copy": {"preset": "tiny", "model": _SYMBOL_MODEL,
-             "batch_size": 64, "steps": 3000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
-             "label_smoothing": 0.0, "eval_every": 100, "save_every": 500, "target": 100},
+    "copy": _COPY,
     # reverse: the copy settings with more steps, since the alignment runs backwards
-    "reverse": {"preset": "tiny", "model": _SYMBOL_MODEL,
-                "batch_size": 64, "steps": 10000, "lr_factor": 0.5, "warmup": 50, "clip_norm": 1.0,
-                "label_smoothing": 0.0, "eval_every": 200, "save_every": 1000, "target": 100},
+    "reverse": {**_COPY, "steps": 10000, "eval_every": 200, "save_every": 1000},
     # toy English->German: the tiny preset with dropout, word vocabularies, stopping at BLEU 99, within minutes
     "toy": {"preset": "tiny", "model": {"dropout": 0.1},
             "max_tokens": 2000, "steps": 3000, "lr_factor": 1.0, "warmup": 200, "clip_norm": 1.0,
@@ -85,7 +82,7 @@ def defaults_table() -> str:
     return "\n".join(lines).replace("\xa0", " ")
 
 
-_CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": ("sinusoidal", "learned")}
+_CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": POSITIONAL}
 _BOOLS = ("progress", "plots", "reference", "norm_first")
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
                "limit", "data_dir")
