@@ -38,10 +38,9 @@ def check_sizes(where: str, meta_bytes: int, specs: dict) -> None:
 
 
 def read_header(path: str, f, size: int) -> tuple:
-    """(metadata, {name: (dtype code, shape)}) of the open file, no tensor read. Refused unread: a header longer
-    than ``limits.MAX_HEADER_BYTES`` or the file, a dtype no checkpoint holds, a tensor larger than the limits or
-    the file. The layout (each tensor's offsets, the file covered) is safetensors' to check as it loads; it reads
-    the same header by the same rules (of a repeated name, the last counts in both)."""
+    """(metadata, {name: (dtype code, shape)}) of the open file, no tensor read: what the limits or the file's size
+    rule out is refused unread. The layout (each tensor's offsets, the file covered) is safetensors' to check as it
+    loads; it reads the same header by the same rules (of a repeated name, the last counts in both)."""
     head = f.read(8)
     if head.startswith(b"PK\x03\x04"):
         raise ValueError(f"checkpoint {path} is in the .npz format of earlier versions: convert it once with "
@@ -182,10 +181,9 @@ def full_config(config):
 
 
 def check_state(path, what: str, state, template) -> None:
-    """Refuse (ValueError naming the file and the entry) a state that does not fit ``template``, the
-    ``state_dict()`` it will be loaded into, before anything changes: the same keys; arrays of the template's shape
-    and kind, finite in its dtype (Adam's ``v.<i>`` >= 0); ints in [0, MAX_COUNT]; floats >= 0 finite in float32;
-    any other value of the template's type."""
+    """Refuse a state that does not fit ``template``, the ``state_dict()`` it will be loaded into, before anything
+    changes: the same keys; arrays of the template's shape and kind, finite in its dtype (Adam's ``v.<i>`` >= 0);
+    ints in [0, MAX_COUNT]; floats >= 0 finite in float32; any other value of the template's type."""
     where = f"checkpoint {path}: {what}"
     if isinstance(template, dict):
         if not isinstance(state, dict):
@@ -223,9 +221,8 @@ def check_state(path, what: str, state, template) -> None:
 
 
 def check_resumable(trainer, ck) -> dict:
-    """Refuse (ValueError naming the file and the field) a checkpoint ``trainer`` cannot continue exactly: another
-    config, or any state unfit for this run's ``state_dict()``s; all checked before anything loads, so a refused
-    resume changes nothing. -> the training state."""
+    """Refuse a checkpoint ``trainer`` cannot continue exactly: another config, or any state unfit for this run's
+    ``state_dict()``s; all checked before anything loads, so a refused resume changes nothing. -> the training state."""
     path, state = ck.path, ck.extra.get("trainer")
     saved, ours = full_config(ck.config), full_config(trainer.config)
     if saved is not None and ours is not None and saved != ours:
