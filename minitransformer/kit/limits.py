@@ -8,7 +8,7 @@ import argparse
 from minitransformer.decoding import MAX_BEAM
 from minitransformer.fast.parallel import MAX_WORKERS
 
-# A count of steps, epochs, batches or tokens seen.
+# A count of steps, epochs or batches (not of tokens seen: see check_resumable).
 MAX_COUNT = 10 ** 9
 
 # The sizes a TransformerConfig may have.
