@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import textwrap
 
-from minitransformer.config import POSITIONAL, PRESETS
+from minitransformer import config
 from minitransformer.kit import limits
 from minitransformer.kit.data.tasks import TASKS as SEQUENCE_TASKS
+
+PRESETS = tuple(config.PRESETS)
 
 # copy: one encoder and one decoder layer of width 32 (the symbol tasks need no more, and each step stays cheap),
 # batches of 64, stopping at 100% exact match, within seconds on a CPU
@@ -82,7 +84,7 @@ def defaults_table() -> str:
     return "\n".join(lines).replace("\xa0", " ")
 
 
-_CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": POSITIONAL}
+_CHOICES = {"task": TASKS, "preset": PRESETS, "on_nonfinite": ("stop", "skip"), "positional": config.POSITIONAL}
 _BOOLS = ("progress", "plots", "reference", "norm_first")
 CAN_BE_NONE = ("steps", "epochs", "max_minutes", "target", "clip_norm", "vocab_size", "eval_every", "save_every",
                "limit", "data_dir")
