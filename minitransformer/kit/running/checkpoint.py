@@ -195,8 +195,7 @@ def checkpoint_files(directory) -> list:
 
 def latest_checkpoint(directory) -> str | None:
     """The file to continue a folder's run from: checkpoint.safetensors, or, if that is missing (deleted by hand),
-    the newest step file; None if the folder holds neither (ValueError naming the converter if it holds .npz
-    checkpoints of an earlier version instead)."""
+    the newest step file; None if the folder holds neither (and no .npz checkpoints of an earlier version)."""
     found = checkpoint_files(directory)
     if not found and os.path.isdir(directory) and any(OLD_NAME.match(name) for name in os.listdir(directory)):
         raise ValueError(f"checkpoint folder {directory} holds checkpoints of an earlier version (.npz): convert them "
