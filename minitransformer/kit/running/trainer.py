@@ -248,8 +248,7 @@ class Trainer:
         self._checkpoint_dir_is_ours = True
 
     def save(self) -> str:
-        """Write this step's checkpoint (every input of a later step) and the latest copy in checkpoint_dir,
-        atomically. Returns the copy's path."""
+        """Write this step's checkpoint and its latest copy into checkpoint_dir, atomically. -> the copy's path."""
         if self.checkpoints is None:
             raise ValueError("Trainer.save: no checkpoint_dir was given")
         self._claim_checkpoint_dir()
