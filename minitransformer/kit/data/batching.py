@@ -125,6 +125,7 @@ class ResumableBatches:
     seed: int
     epoch: int = 0
     position: int = 0
+    state_keys = ("seed", "epoch", "position")           # what state_dict() holds: all a resume needs
 
     def __iter__(self):
         while self.position < len(self):
@@ -137,12 +138,13 @@ class ResumableBatches:
         return _collate(self.pairs_at(epoch, k))
 
     def state_dict(self) -> dict:
-        return {"seed": self.seed, "epoch": self.epoch, "position": self.position}
+        return {key: getattr(self, key) for key in self.state_keys}
 
     def load_state_dict(self, state: dict) -> None:
-        if missing := [key for key in ("seed", "epoch", "position") if key not in state]:
+        if missing := [key for key in self.state_keys if key not in state]:
             raise ValueError(f"{type(self).__name__}.load_state_dict: state is missing {missing}, got {sorted(state)}")
-        self.seed, self.epoch, self.position = int(state["seed"]), int(state["epoch"]), int(state["position"])
+        for key in self.state_keys:
+            setattr(self, key, int(state[key]))
 
 
 class BucketBatcher(ResumableBatches):

@@ -248,8 +248,7 @@ class Trainer:
         self._checkpoint_dir_is_ours = True
 
     def save(self) -> str:
-        """Write this step's checkpoint (every input of a later step) and the latest copy in checkpoint_dir,
-        atomically. Returns the copy's path."""
+        """Write this step's checkpoint and its latest copy into checkpoint_dir, atomically. -> the copy's path."""
         if self.checkpoints is None:
             raise ValueError("Trainer.save: no checkpoint_dir was given")
         self._claim_checkpoint_dir()
@@ -317,6 +316,8 @@ class NonFiniteError(FloatingPointError):
 class ListBatches(ResumableBatches):
     """A fixed list of batches as a resumable source: every epoch serves the same list, in order."""
 
+    state_keys = ("epoch", "position")                   # no seed: every epoch is the same
+
     def __init__(self, batches):
         self.batches = list(batches)
         if not self.batches:
@@ -327,12 +328,6 @@ class ListBatches(ResumableBatches):
 
     def batch_at(self, epoch: int, k: int):
         return self.batches[k]
-
-    def state_dict(self) -> dict:                        # no seed: every epoch is the same
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:      # Trainer.resume checked it against state_dict() and len
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
 def unpack_batch(batch, pad_id: int = 0):
