@@ -9,6 +9,7 @@ import urllib.request
 import zlib
 from pathlib import Path
 
+from minitransformer import checks
 from minitransformer.kit import limits
 from minitransformer.kit.files import atomic_write, open_regular
 
@@ -79,8 +80,7 @@ def load_toy(split: str = "train", src_lang: str = "en", tgt_lang: str = "de",
              directory=None) -> list[tuple[str, str]]:
     """The toy corpus split ("train" | "valid" | "test") as (source, target) pairs. directory: where
     {split}.en.txt / {split}.de.txt are (default ``TOY_DIR``, the corpus the package ships)."""
-    if split not in TOY_SPLITS:
-        raise ValueError(f"load_toy: split must be one of {TOY_SPLITS}, got {split!r}")
+    checks.one_of("load_toy", "split", split, TOY_SPLITS)
     _check_langs(src_lang, tgt_lang, "load_toy")
     directory = TOY_DIR if directory is None else Path(directory)
     return _read_pairs(directory / f"{split}.{src_lang}.txt", directory / f"{split}.{tgt_lang}.txt")

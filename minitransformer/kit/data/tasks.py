@@ -36,8 +36,7 @@ class SequenceTask:
     max_len: int = 10
 
     def __post_init__(self):
-        if self.name not in TASKS:
-            raise ValueError(f"SequenceTask: name must be one of {TASKS}, got {self.name!r}")
+        checks.one_of("SequenceTask", "name", self.name, TASKS)
         for field in ("num_symbols", "min_len", "max_len"):
             checks.positive_int("SequenceTask", field, getattr(self, field))
         if self.min_len > self.max_len:
