@@ -20,7 +20,7 @@ def cmd_explain(args) -> int:
         tgt = None if args.target is None else symbol_ids(model, args.target)
     else:
         src, tokenizers = encode_sources(model, src_tok, [args.sentence])[0], (src_tok, tgt_tok)
-        tgt = None if args.target is None else tgt_tok.encode(args.target)
+        tgt = args.target                                  # a text (or None): the viewer reads it with tgt_tok
         unknown = src_tok.unknown_words(args.sentence)
         if unknown:
             print(f"not in the model's vocabulary (read as <unk>): {', '.join(unknown)}", file=sys.stderr)
