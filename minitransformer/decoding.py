@@ -158,7 +158,7 @@ def _prepare(owner, model, src, max_len, beam_size=1, naive=False):
 
 
 @contextlib.contextmanager
-def _eval_mode(model):
+def eval_mode(model):
     """model.eval() while decoding, then the mode it had: decoding in the middle of training (a validation
     BLEU) must not leave dropout switched off."""
     was_training = model.training
@@ -202,7 +202,7 @@ def greedy_decode(model, src, max_len=None, naive: bool = False) -> list:
     owner = "greedy_decode"
     src, limits = _prepare(owner, model, src, max_len, 1, naive)
     c = model.config
-    with _eval_mode(model):
+    with eval_mode(model):
         step = _NextToken(model, src, naive)
         B = src.shape[0]
         outputs = [[] for _ in range(B)]
@@ -249,7 +249,7 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
     src, limits = _prepare(owner, model, src, max_len, beam_size, naive)
     c = model.config
     K, eos = int(beam_size), c.eos_id
-    with _eval_mode(model):
+    with eval_mode(model):
         step = _NextToken(model, src, naive)                   # memory projected once per sentence ...
         B = src.shape[0]
         step.select(numpy.repeat(numpy.arange(B), K))          # ... then copied to its K beams: rows (B*K)
@@ -303,4 +303,4 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
         return outputs
 
 
-__all__ = ["KVCache", "attend", "beam_search", "decode_step", "greedy_decode", "length_penalty", "project_kv"]
+__all__ = ["KVCache", "attend", "beam_search", "decode_step", "eval_mode", "greedy_decode", "length_penalty", "project_kv"]

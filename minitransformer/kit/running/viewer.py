@@ -188,9 +188,7 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
     given = None if tgt is None else _ids(owner, "tgt", tgt, tgt_tok, c.tgt_vocab_size)[: limit - 1]
     notes = [f"the source has {len(src)} tokens: the first {limit} are shown"] if len(src) > limit else []
     src = src[:limit]
-    was_training = model.training
-    model.eval()
-    try:
+    with decoding.eval_mode(model):                    # and back to the mode it had
         beam = []
         search = {"beam_size": beam_size, "alpha": alpha, "steps": beam} if beam_size > 1 else {}
         hyp = (decoding.beam_search if search else decoding.greedy_decode)(model, numpy.asarray([src]),
@@ -206,8 +204,6 @@ def build(model, src, tgt=None, *, tokenizers=None, beam_size: int = 1, alpha: f
             logits = backend.to_numpy(model(numpy.asarray([src]), numpy.asarray([[c.bos_id] + hyp]))[0])
             cross = numpy.stack(model.attention_maps()["decoder_cross"])[:, 0]                        # (L,H,T,S)
         steps = _decoding(numpy.asarray(logits, numpy.float64), hyp, ended, cross, c.eos_id, beam, alpha, tgt_label)
-    finally:
-        model.train(was_training)
     sizes = ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "positional")
     positions = model.src_pos.pe if hasattr(model.src_pos, "pe") else model.src_pos.P.data
     return {"src": src_label(src), "tgt_in": tgt_label(tgt_in), "tgt_out": tgt_label(tgt_out),
