@@ -159,7 +159,7 @@ def _prepare(owner, model, src, max_len, beam_size=1, naive=False):
 
 @contextlib.contextmanager
 def eval_mode(model):
-    """model.eval() while decoding, then the mode it had: decoding in the middle of training (a validation
+    """model.eval() inside the block, then the mode it had: decoding in the middle of training (a validation
     BLEU) must not leave dropout switched off."""
     was_training = model.training
     model.eval()
@@ -303,4 +303,5 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len=None
         return outputs
 
 
-__all__ = ["KVCache", "attend", "beam_search", "decode_step", "eval_mode", "greedy_decode", "length_penalty", "project_kv"]
+__all__ = ["KVCache", "attend", "beam_search", "decode_step", "eval_mode", "greedy_decode", "length_penalty",
+           "project_kv"]
